@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Bring up a real Docker engine (with BuildKit/buildx and the containerd image
+# store), arm64 emulation, a loopback registry and a locally bootstrapped arm64
+# base rootfs on a Debian 12/13 machine that cannot pull images.
+# Idempotent: every step checks before it acts. See README "Local engine".
+set -euo pipefail
+
+CACHE="${SPARK_IMAGES_TEST_CACHE:-$HOME/.cache/spark-images-test}"
+REGISTRY_ADDR="${SPARK_IMAGES_TEST_REGISTRY:-127.0.0.1:5000}"
+mkdir -p "$CACHE"
+log() { printf '[engine-up] %s\n' "$*" >&2; }
+# The mirror this machine's apt already uses (one-line or deb822 sources).
+debian_mirror() {
+  { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null || true; } |
+    grep -vE '^[[:space:]]*#' | grep -oE 'https?://[^ ]+/debian/?' | grep -v -- '-security' | head -n1 | sed 's:/*$::' || true
+}
+
+export DEBIAN_FRONTEND=noninteractive
+need_pkgs=()
+for p in qemu-user-static binfmt-support docker-registry debootstrap skopeo containerd runc iptables; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
+done
+if ((${#need_pkgs[@]})); then
+  log "installing ${need_pkgs[*]}"
+  apt-get update -qq
+  apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+# docker.io >= 26 and docker-buildx: BuildKit in 20.10 ignores SOURCE_DATE_EPOCH.
+debian_major=$(cut -d. -f1 /etc/debian_version)
+dockerd_ok() { command -v dockerd >/dev/null && dockerd --version | grep -qE 'version (2[6-9]|[3-9][0-9])'; }
+if ! dockerd_ok || ! dpkg -s docker-buildx >/dev/null 2>&1; then
+  if [ "$debian_major" -ge 13 ] 2>/dev/null; then
+    apt-get install -y -qq docker.io docker-buildx >/dev/null
+  else
+    log "fetching docker.io and docker-buildx from the trixie suite"
+    mirror=$(debian_mirror)
+    tdir="$CACHE/trixie-apt"; mkdir -p "$tdir/lists/partial" "$tdir/debs"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror:-http://deb.debian.org/debian} trixie main" >"$tdir/sources.list"
+    opts=(-o Dir::Etc::SourceList="$tdir/sources.list" -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists="$tdir/lists")
+    apt-get "${opts[@]}" update -qq
+    (cd "$tdir/debs" && rm -f ./*.deb && apt-get "${opts[@]}" download docker.io docker-buildx >/dev/null)
+    # bookworm's containerd/runc satisfy what these need at run time
+    dpkg --force-depends -i "$tdir"/debs/*.deb >/dev/null
+  fi
+fi
+
+mkdir -p /etc/docker
+want='{"features":{"containerd-snapshotter":true}}'
+if [ "$(cat /etc/docker/daemon.json 2>/dev/null)" != "$want" ]; then
+  echo "$want" >/etc/docker/daemon.json
+  pkill -x dockerd 2>/dev/null && sleep 2 || true
+fi
+
+if ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
+  log "starting dockerd"
+  # use the distribution's dockerd, not a client-only binary earlier on PATH
+  nohup /usr/sbin/dockerd >"$CACHE/dockerd.log" 2>&1 &
+  for _ in $(seq 1 60); do
+    docker version --format '{{.Server.Version}}' >/dev/null 2>&1 && break
+    sleep 1
+  done
+fi
+docker version --format 'engine {{.Server.Version}}' >&2
+docker buildx version >&2
+
+# arm64 emulation
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+fi
+update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || { log "qemu-aarch64 binfmt not registered"; exit 2; }
+
+# loopback registry
+if ! curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1; then
+  log "starting registry on $REGISTRY_ADDR"
+  mkdir -p "$CACHE/registry"
+  cat >"$CACHE/registry.yml" <<YML
+version: 0.1
+storage:
+  filesystem:
+    rootdirectory: $CACHE/registry
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY_ADDR
+YML
+  nohup docker-registry serve "$CACHE/registry.yml" >"$CACHE/registry.log" 2>&1 &
+  for _ in $(seq 1 30); do curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1 && break; sleep 0.5; done
+fi
+
+# arm64 base rootfs (debootstrap, cached)
+if [ ! -s "$CACHE/rootfs-arm64.tar" ]; then
+  log "debootstrapping an arm64 rootfs (about 4 minutes)"
+  mirror=$(debian_mirror)
+  root="$CACHE/rootfs-arm64"; rm -rf "$root"
+  debootstrap --arch=arm64 --variant=minbase --include=python3,python3-pip,python3-venv,ca-certificates \
+    bookworm "$root" "${mirror:-http://deb.debian.org/debian}" >"$CACHE/debootstrap.log" 2>&1
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$root" -cf "$CACHE/rootfs-arm64.tar.tmp" .
+  mv "$CACHE/rootfs-arm64.tar.tmp" "$CACHE/rootfs-arm64.tar"
+  rm -rf "$root"
+fi
+log "ready: engine, buildx, qemu-aarch64, registry $REGISTRY_ADDR, rootfs $CACHE/rootfs-arm64.tar"

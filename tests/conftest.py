@@ -1,0 +1,115 @@
+"""Shared fixtures: real engine, loopback registry, arm64 base image, nvcc.
+
+Tests that need something this machine lacks are skipped with the reason.
+CI sets SPARK_IMAGES_REQUIRE (comma list of engine, registry, nvcc, network)
+so that a missing piece there FAILS instead of skipping: a green CI never
+hides a stage that did not run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TEST_CACHE = Path(
+    os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test")
+)
+REGISTRY = os.environ.get("SPARK_IMAGES_TEST_REGISTRY", "127.0.0.1:5000")
+ARM64_BASE = "spark-images-test/base:bookworm-arm64"
+ROOTFS_TAR = TEST_CACHE / "rootfs-arm64.tar"
+
+
+def _required() -> set[str]:
+    return {p.strip() for p in os.environ.get("SPARK_IMAGES_REQUIRE", "").split(",") if p.strip()}
+
+
+def unavailable(kind: str, reason: str) -> None:
+    """Skip with the reason, or fail when CI declared `kind` required."""
+    if kind in _required():
+        pytest.fail(f"{kind} required (SPARK_IMAGES_REQUIRE) but unavailable: {reason}")
+    pytest.skip(f"{kind} unavailable: {reason}")
+
+
+def _engine_answers() -> str | None:
+    if shutil.which("docker") is None:
+        return "no docker command"
+    proc = subprocess.run(
+        ["docker", "version", "--format", "{{.Server.Version}}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if proc.returncode != 0:
+        return "no Docker engine answers (run .ci/engine-up.sh)"
+    proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return "docker buildx is missing (run .ci/engine-up.sh)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    reason = _engine_answers()
+    if reason:
+        unavailable("engine", reason)
+
+
+@pytest.fixture(scope="session")
+def local_registry() -> str:
+    """HOST:PORT of the loopback registry (plain HTTP)."""
+    try:
+        with urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=5) as resp:
+            resp.read()
+    except OSError as exc:
+        unavailable("registry", f"no registry at {REGISTRY} ({exc}); run .ci/engine-up.sh")
+    return REGISTRY
+
+
+@pytest.fixture(scope="session")
+def arm64_base(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A local linux/arm64 Debian image (python3, pip, ca-certificates).
+
+    Made from the debootstrapped rootfs that .ci/engine-up.sh caches, because
+    no image can be pulled here. Returns a local image name.
+    """
+    probe = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Architecture}}", ARM64_BASE],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode == 0 and probe.stdout.strip() == "arm64":
+        return ARM64_BASE
+    if not ROOTFS_TAR.is_file():
+        unavailable("engine", f"no arm64 rootfs at {ROOTFS_TAR} (run .ci/engine-up.sh)")
+    ctx = tmp_path_factory.mktemp("arm64-base")
+    os.link(ROOTFS_TAR, ctx / "rootfs.tar") if ROOTFS_TAR.stat().st_dev == ctx.stat().st_dev else shutil.copy(ROOTFS_TAR, ctx / "rootfs.tar")
+    (ctx / "Dockerfile").write_text("FROM scratch\nADD rootfs.tar /\nCMD [\"/bin/bash\"]\n")
+    subprocess.run(
+        ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", ARM64_BASE, str(ctx)],
+        check=True,
+        capture_output=True,
+    )
+    return ARM64_BASE
+
+
+@pytest.fixture(scope="session")
+def nvcc() -> str:
+    path = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+    if path is None:
+        unavailable("nvcc", "nvcc not found on PATH or in /usr/local/cuda/bin")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def pypi_reachable() -> None:
+    try:
+        with urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=10) as resp:
+            resp.read(64)
+    except OSError as exc:
+        unavailable("network", f"PyPI unreachable ({exc})")
