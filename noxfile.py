@@ -1,0 +1,100 @@
+"""Thin nox sessions: each one installs the package and calls the `spark-images` CLI.
+
+    nox -s build-cu130      the main job: validate, audit, render, build, inspect, gate
+    nox -s tests            the test suite (engine tests need .ci/engine-up.sh first)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "tests"]
+
+ROOT = Path(__file__).parent
+PROFILES = sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml"))
+
+
+def _install(session: nox.Session, extras: str = "") -> None:
+    session.install("-e", f".{extras}")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pass pytest arguments after --)."""
+    _install(session, "[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def validate(session: nox.Session) -> None:
+    _install(session)
+    session.run("spark-images", "validate", *(session.posargs or [f"profiles/{p}.yaml" for p in PROFILES]))
+
+
+@nox.session
+def render(session: nox.Session) -> None:
+    """Render every profile's build context into build/render/NAME."""
+    _install(session)
+    for name in session.posargs or PROFILES:
+        session.run("spark-images", "render", f"profiles/{name}.yaml", "-o", f"build/render/{name}")
+
+
+@nox.session
+def golden(session: nox.Session) -> None:
+    """Refresh the golden Dockerfiles the tests compare against (review the diff!)."""
+    _install(session)
+    for name in PROFILES:
+        out = session.run("spark-images", "render", f"profiles/{name}.yaml", silent=True)
+        (ROOT / "tests" / "spine" / "golden" / f"{name}.Dockerfile").write_text(out)
+
+
+def _build_session(profile: str) -> None:
+    @nox.session(name=f"build-{profile}")
+    def build(session: nox.Session) -> None:
+        _install(session)
+        session.run("spark-images", "build", f"profiles/{profile}.yaml", *session.posargs)
+
+
+# build-cu130, build-cu129: build, inspect, audit and gate (pass build flags after --)
+for _profile in ("cu130", "cu129"):
+    _build_session(_profile)
+
+
+@nox.session(name="verify-repro")
+def verify_repro(session: nox.Session) -> None:
+    _install(session)
+    session.run("spark-images", "verify-repro", *(session.posargs or ["profiles/cu130.yaml"]))
+
+
+@nox.session
+def cubins(session: nox.Session) -> None:
+    """spark-images cubins TARGET ... (pass the arguments after --)."""
+    _install(session)
+    session.run("spark-images", "cubins", *session.posargs)
+
+
+@nox.session
+def audit(session: nox.Session) -> None:
+    _install(session)
+    session.run("spark-images", "audit", *session.posargs)
+
+
+@nox.session
+def coherence(session: nox.Session) -> None:
+    _install(session)
+    session.run("spark-images", "coherence", *session.posargs)
+
+
+@nox.session
+def publish(session: nox.Session) -> None:
+    _install(session)
+    session.run("spark-images", "publish", *session.posargs)

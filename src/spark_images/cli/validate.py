@@ -1,0 +1,97 @@
+"""`spark-images validate PROFILE...`: schema, toolchain rules, patches, required fixes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from spark_images.cli._common import add_json_flag, emit
+from spark_images.errors import EXIT_FINDING, EXIT_OK, Finding, SparkImagesError, UsageError
+from spark_images.resolve import resolve_profile
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "validate",
+        help="check profiles against the schema, the Spark toolchain rules and the required fixes",
+    )
+    parser.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile YAML files")
+    parser.add_argument("--no-audit", action="store_true", help="skip the required-fixes audit")
+    parser.add_argument("--repo", type=Path, help="a local vLLM clone for the audit")
+    add_json_flag(parser)
+    parser.set_defaults(handler=run)
+
+
+def _audit(resolved: Any, repo: Path | None) -> dict[str, Any]:
+    """The required-fixes section: passed, failed (with missing PRs) or skipped with the reason."""
+    plan = resolved.plan
+    if not plan.required_fixes:
+        return {"status": "skipped", "reason": "the profile requires no fixes"}
+    from spark_images import audit
+
+    try:
+        report = audit.check_required(
+            plan.vllm_commit,
+            plan.required_fixes,
+            [resolved.base_dir / p.path for p in plan.patches],
+            repo,
+        )
+    except SparkImagesError as exc:
+        if isinstance(exc, Finding):
+            raise
+        return {"status": "skipped", "reason": "; ".join(exc.lines())}
+    missing = list(report.missing_required)
+    doc: dict[str, Any] = {"status": "failed" if missing else "passed", "report": report.to_json()}
+    if missing:
+        doc["reason"] = "required fixes absent and not patched: " + ", ".join(f"#{n}" for n in missing)
+        doc["missing"] = missing
+    return doc
+
+
+def run(args: argparse.Namespace) -> int:
+    results: list[dict[str, Any]] = []
+    text: list[str] = []  # summaries, to stdout
+    problems: list[str] = []  # one line per problem, to stderr
+    worst = EXIT_OK
+    for path in args.profiles:
+        entry: dict[str, Any] = {"profile": path}
+        try:
+            resolved = resolve_profile(path)
+        except Finding as exc:
+            entry.update(status="invalid", problems=[p.to_json() for p in exc.problems])
+            problems.extend(p.line() for p in exc.problems)
+            text.append(f"{path}: invalid ({len(exc.problems)} problem(s))")
+            worst = max(worst, EXIT_FINDING)
+            results.append(entry)
+            continue
+        except UsageError as exc:
+            entry.update(status="error", problems=[p.to_json() for p in exc.problems])
+            problems.extend(p.line() for p in exc.problems)
+            worst = max(worst, exc.exit_code)
+            results.append(entry)
+            continue
+        plan = resolved.plan
+        entry.update(
+            status="valid",
+            name=plan.profile_name,
+            arch_list=plan.arch_list,
+            cuda_line=plan.cuda_line,
+            warnings=[p.to_json() for p in resolved.warnings],
+        )
+        problems.extend(p.line() for p in resolved.warnings)
+        audit_doc = {"status": "skipped", "reason": "--no-audit"} if args.no_audit else _audit(resolved, args.repo)
+        entry["audit"] = audit_doc
+        if audit_doc["status"] == "failed":
+            entry["status"] = "invalid"
+            worst = max(worst, EXIT_FINDING)
+            problems.append(f"{path}: verify.required_fixes: {audit_doc['reason']} (fix: bump vllm.commit or add a patch)")
+        summary = f"{path}: {entry['status']} ({plan.profile_name}: {plan.cuda_line}, TORCH_CUDA_ARCH_LIST={plan.arch_list}, strategy {plan.strategy})"
+        audit_line = f"  required fixes: {audit_doc['status']}" + (f" ({audit_doc['reason']})" if audit_doc.get("reason") else "")
+        text.extend([summary, audit_line])
+        results.append(entry)
+    for line in problems:
+        print(line, file=sys.stderr)
+    emit(args, {"profiles": results, "exit_code": worst}, "\n".join(text))
+    return worst

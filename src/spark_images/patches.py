@@ -1,0 +1,32 @@
+"""Patch headers: which upstream PRs a patch in patches/ backports (pure).
+
+A patch starts with header lines before the diff, e.g.
+
+    Backport-Of: vllm-project/vllm#40923
+    Upstream-Commit: 6cc8577421f2...
+
+One `Backport-Of` line per PR. The audit reports such a PR as `patched`.
+"""
+
+from __future__ import annotations
+
+import re
+
+_BACKPORT = re.compile(r"^Backport-Of:\s*(?:vllm-project/vllm)?#(\d+)\s*$", re.MULTILINE)
+_DIFF_START = re.compile(r"^(diff --git |--- )", re.MULTILINE)
+
+
+def header(text: str) -> str:
+    """The part of a patch before its first diff."""
+    m = _DIFF_START.search(text)
+    return text[: m.start()] if m else text
+
+
+def declared_prs(text: str) -> list[int]:
+    """PR numbers the patch header declares, in order, without repeats."""
+    seen: list[int] = []
+    for m in _BACKPORT.finditer(header(text)):
+        pr = int(m.group(1))
+        if pr not in seen:
+            seen.append(pr)
+    return seen

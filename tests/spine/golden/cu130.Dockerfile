@@ -1,0 +1,92 @@
+# Rendered by spark-images from profiles/cu130.yaml (profile cu130). Do not edit: re-render.
+# vLLM 0.29.0 @ 98dff2a81d747d1dba01a47f939f48c3526d4206 for the NVIDIA DGX Spark (GB10, sm_121).
+# CUDA 13.0.2 (cu130), TORCH_CUDA_ARCH_LIST=12.0f (derived), strategy: wheel.
+# Build: docker buildx build --platform linux/arm64 [--secret id=cacert,src=CA_BUNDLE.pem] .
+# The optional cacert secret is trusted by every download of the build and never lands in a layer.
+
+########## toolchain: the digest-pinned CUDA devel base, a Python venv, nvcc checked ##########
+FROM nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:5dc1bca23d05bd37b011be68ec470c03b403a5da07ec3a86e41af9470e9d0cc6 AS toolchain
+SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    LANG=C.UTF-8 \
+    LC_ALL=C.UTF-8 \
+    CUDA_HOME=/usr/local/cuda \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
+    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
+    apt-get ${APT_CA:+-o Acquire::https::CAInfo=$APT_CA} update -q \
+    && apt-get ${APT_CA:+-o Acquire::https::CAInfo=$APT_CA} install -y -q --no-install-recommends \
+        ca-certificates \
+        ccache \
+        curl \
+        git \
+        python3.12 \
+        python3.12-dev \
+        python3.12-venv \
+    && rm -rf /var/lib/apt/lists/*
+# FlashInfer JIT-compiles its Spark kernels at run time: the image must keep nvcc
+# (13.0.2), and it must be the toolkit the profile pins.
+RUN test -x "$CUDA_HOME/bin/nvcc" || { echo "no nvcc at $CUDA_HOME/bin: the base must be a CUDA devel image" >&2; exit 1; }; \
+    nvcc --version | grep -q "release 13.0," || { echo "nvcc is not CUDA 13.0: $(nvcc --version | tail -n 2)" >&2; exit 1; }; \
+    python3.12 -m venv /opt/venv
+
+########## deps: torch, FlashInfer and CUTLASS DSL at the profile's pins ##########
+FROM toolchain AS deps
+RUN mkdir -p /tmp/spark && printf '%s\n' \
+        'flashinfer-cubin==0.6.18' \
+        'flashinfer-python==0.6.18' \
+        'nvidia-cutlass-dsl==4.6.2' \
+        'torch==2.13.0' \
+        > /tmp/spark/constraints.txt
+RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
+    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
+    pip install --index-url https://download.pytorch.org/whl/cu130 'torch==2.13.0' \
+    && pip install -c /tmp/spark/constraints.txt --extra-index-url https://flashinfer.ai/whl/ \
+        'flashinfer-python==0.6.18' \
+        'flashinfer-cubin==0.6.18' \
+        'nvidia-cutlass-dsl==4.6.2'
+
+########## runtime: the devel base (nvcc for FlashInfer JIT) with vLLM installed ##########
+FROM deps AS runtime
+# The vLLM wheel is installed by its sha256, then its remaining requirements
+# are resolved against the profile's pins.
+RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
+    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
+    printf '%s\n' 'vllm @ https://files.pythonhosted.org/packages/b3/dc/de2ca88cfb6539c987bc4f6a69887deaa53eb5c4fd483e0923ca00ebd60a/vllm-0.29.0-cp38-abi3-manylinux_2_28_aarch64.whl --hash=sha256:e6b0dfc2b6fd307315e9b34b73cd2bfe7b6b08958eda721828e61732bba426b0' > /tmp/spark/vllm-wheel.txt \
+    && pip install --no-deps --require-hashes -r /tmp/spark/vllm-wheel.txt \
+    && pip install -c /tmp/spark/constraints.txt 'vllm==0.29.0' \
+    && rm -f /tmp/spark/vllm-wheel.txt
+# The installed vLLM must be the pinned commit (its _version.py records it).
+RUN python -c "import importlib.util, pathlib, sys; t = pathlib.Path(importlib.util.find_spec('vllm').origin).with_name('_version.py').read_text(); sys.exit(0 if 'g98dff2a81' in t else 'vllm/_version.py does not name commit 98dff2a81d747d1dba01a47f939f48c3526d4206')"
+ENV TORCH_CUDA_ARCH_LIST="12.0f" \
+    TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas
+# Triton's bundled ptxas can predate sm_121a: use the image's CUDA ptxas.
+RUN test -x "$TRITON_PTXAS_PATH"
+COPY plan.json /opt/spark-images/plan.json
+ARG IMAGE_CREATED=""
+ARG FIXES_INCLUDED=""
+LABEL org.opencontainers.image.created="${IMAGE_CREATED}" \
+    io.spark-images.fixes.included="${FIXES_INCLUDED}" \
+    io.spark-images.arch-list="12.0f" \
+    io.spark-images.cuda.line="cu130" \
+    io.spark-images.cuda.version="13.0.2" \
+    io.spark-images.fixes.required="38126,38423,35568,40082,41215,40923,48245" \
+    io.spark-images.patches="" \
+    io.spark-images.pins="flashinfer-cubin==0.6.18,flashinfer-python==0.6.18,nvidia-cutlass-dsl==4.6.2,torch==2.13.0" \
+    io.spark-images.profile="cu130" \
+    io.spark-images.strategy="wheel" \
+    io.spark-images.vllm.commit="98dff2a81d747d1dba01a47f939f48c3526d4206" \
+    io.spark-images.vllm.version="0.29.0" \
+    org.opencontainers.image.base.digest="sha256:5dc1bca23d05bd37b011be68ec470c03b403a5da07ec3a86e41af9470e9d0cc6" \
+    org.opencontainers.image.base.name="nvidia/cuda:13.0.2-devel-ubuntu24.04" \
+    org.opencontainers.image.description="vLLM 0.29.0 for the NVIDIA DGX Spark (GB10, sm_121), CUDA 13.0.2" \
+    org.opencontainers.image.revision="98dff2a81d747d1dba01a47f939f48c3526d4206" \
+    org.opencontainers.image.source="https://github.com/spark-images/spark-images" \
+    org.opencontainers.image.title="spark-vllm cu130" \
+    org.opencontainers.image.version="0.29.0-cu130"
+EXPOSE 8000
+ENTRYPOINT ["vllm", "serve", "--host", "0.0.0.0", "--port", "8000"]
