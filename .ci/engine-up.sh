@@ -17,7 +17,7 @@ debian_mirror() {
 
 export DEBIAN_FRONTEND=noninteractive
 need_pkgs=()
-for p in qemu-user-static binfmt-support docker-registry debootstrap skopeo containerd runc iptables; do
+for p in qemu-user-static binfmt-support docker-registry debootstrap skopeo containerd runc iptables tini; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if ((${#need_pkgs[@]})); then
@@ -40,8 +40,8 @@ if ! dockerd_ok || ! dpkg -s docker-buildx >/dev/null 2>&1; then
     opts=(-o Dir::Etc::SourceList="$tdir/sources.list" -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists="$tdir/lists")
     apt-get "${opts[@]}" update -qq
     (cd "$tdir/debs" && rm -f ./*.deb && apt-get "${opts[@]}" download docker.io docker-buildx >/dev/null)
-    # bookworm's containerd/runc satisfy what these need at run time
-    dpkg --force-depends -i "$tdir"/debs/*.deb >/dev/null
+    # they need only libc6 >= 2.34, tini and bookworm's containerd/runc (installed above)
+    dpkg -i "$tdir"/debs/*.deb >/dev/null
   fi
 fi
 

@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "audit",
     "coherence",
     "publish",
+    "monitor",
 )
 
 

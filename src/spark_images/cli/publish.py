@@ -1,18 +1,169 @@
-"""`spark-images publish` (not implemented yet)."""
+"""`spark-images publish PROFILE --tag T`: point tags at the locked, gated digest.
+
+No rebuild: the manifest the lock names is fetched by digest and PUT under
+each tag byte for byte, so every tag resolves to the digest the gates proved.
+Then the tags are recorded in the lock entry. Refuses (exit 1) when the lock
+has no entry for the profile, when a gate did not pass, or when an immutable
+tag already points elsewhere; exit 2 when the registry cannot be reached.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Mapping
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
 
-from spark_images.cli._common import add_json_flag
-from spark_images.errors import UsageError
+from spark_images import atomic
+from spark_images import lock as lockfile
+from spark_images import publish as rules
+from spark_images.cli._common import add_json_flag, emit
+from spark_images.errors import EnvironmentProblem, Finding, UsageError
+from spark_images.registry import tags as registry_tags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("publish", help="(not implemented yet)")
+    parser = sub.add_parser(
+        "publish",
+        help="point tags at the locked, gated digest of a profile (no rebuild)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("profile", metavar="PROFILE", help="profile name (cu130) or file (profiles/cu130.yaml)")
+    parser.add_argument(
+        "--tag", action="append", default=[], metavar="T",
+        help="tag to point at the locked digest (repeatable), e.g. cu130",
+    )
+    parser.add_argument(
+        "--immutable", action="store_true",
+        help="also create the immutable tag <cuda_line>-<short vLLM commit>-<YYYYMMDD>",
+    )
+    parser.add_argument(
+        "--date", metavar="YYYYMMDD", default=None,
+        help="date of the immutable tag (default: today, UTC)",
+    )
+    parser.add_argument(
+        "--coherence", metavar="FILE", default=None,
+        help="the Spark job's gate result (build record or `spark-images coherence --json` output): "
+        "when it passed on the locked digest, it replaces the entry's skipped coherence gate",
+    )
+    parser.add_argument("--lock", default="images.lock.json", metavar="FILE", help="lock file (default: images.lock.json)")
+    parser.add_argument(
+        "--registry-insecure", action="store_true",
+        help="speak plain HTTP to the registry even when it is not on loopback",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="read the registry, print what would change, change nothing")
+    parser.add_argument(
+        "--pr-body", metavar="FILE", default=None,
+        help="write the Markdown for the lock pull request / job summary here",
+    )
     add_json_flag(parser)
     parser.set_defaults(handler=run)
 
 
+def profile_name(arg: str) -> str:
+    path = Path(arg)
+    return path.stem if path.suffix in (".yaml", ".yml") else arg
+
+
+def _day(text: str | None) -> date:
+    if text is None:
+        return datetime.now(UTC).date()
+    try:
+        return datetime.strptime(text, "%Y%m%d").date()
+    except ValueError:
+        raise UsageError(f"--date {text!r}: not a date (fix: YYYYMMDD, e.g. 20261201)") from None
+
+
+def _load_lock(path: Path) -> dict[str, Any]:
+    # lock.load_lock treats a missing file as an empty lock; here it is a wrong --lock
+    if not path.is_file():
+        raise UsageError(f"{path}: no lock file (fix: build and gate the profile first, or pass --lock FILE)")
+    return lockfile.load_lock(path)
+
+
+def _with_gate_result(lock: dict[str, Any], profile: str, path: Path) -> dict[str, Any]:
+    """The lock with the profile's coherence gate taken from the Spark job's result."""
+    images = lock.get("images")
+    entry = images.get(profile) if isinstance(images, Mapping) else None
+    if not isinstance(entry, Mapping):
+        return lock  # promotion_problems names the missing entry
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--coherence {path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise UsageError(f"--coherence {path}: not JSON ({exc})") from None
+    if not isinstance(doc, Mapping):
+        raise UsageError(f"--coherence {path}: not a JSON object")
+    problems = rules.gate_result_problems(doc, str(entry.get("digest")), str(path))
+    if problems:
+        raise Finding(*problems)
+    section = rules.coherence_section(doc) or {}
+    return {**lock, "images": {**images, profile: rules.entry_with_coherence(entry, section)}}
+
+
 def run(args: argparse.Namespace) -> int:
-    raise UsageError("'publish' is not implemented yet")
+    profile = profile_name(args.profile)
+    tag_list = list(args.tag)
+    bad = rules.tag_problems(tag_list)
+    if bad:
+        raise UsageError(*bad)
+    if not tag_list and not args.immutable:
+        raise UsageError("name at least one --tag T (or --immutable)")
+    day = _day(args.date)
+    lock_path = Path(args.lock)
+    lock = _load_lock(lock_path)
+    if args.coherence:
+        lock = _with_gate_result(lock, profile, Path(args.coherence))
+    problems = rules.promotion_problems(lock, profile, str(lock_path))
+    if problems:
+        raise Finding(*problems)
+    entry = lock["images"][profile]
+    if args.immutable:
+        tag_list.append(rules.immutable_tag(str(entry.get("cuda_line") or profile), entry["vllm_commit"], day))
+    ref = rules.image_ref(entry)
+
+    client = registry_tags.TagClient(ref.host, ref.name, insecure_http=True if args.registry_insecure else None)
+    manifest = client.get_manifest(ref.digest)
+    current = {tag: client.tag_digest(tag) for tag in dict.fromkeys(tag_list)}
+    steps, refusals = rules.plan_tags(ref.digest, tag_list, current)
+    if refusals:
+        raise Finding(*refusals)
+
+    if not args.dry_run:
+        for step in steps:
+            if step.action != "unchanged":
+                client.put_tag(step.tag, manifest)
+        # read back: a tag counts as published only once the registry resolves it
+        wrong = [f"{t} -> {d}" for t in current if (d := client.tag_digest(t)) != ref.digest]
+        if wrong:
+            raise EnvironmentProblem(f"after the PUT the registry resolves {', '.join(wrong)}, not {ref.digest}")
+        entry = rules.entry_with_tags(entry, list(current))
+        lockfile.update_entry(lock_path, profile, entry)
+        if args.pr_body:
+            atomic.write_text(args.pr_body, rules.lock_pr_body(profile, entry, steps))
+
+    doc = {
+        "profile": profile,
+        "image": str(ref),
+        "repository": ref.repository,
+        "digest": ref.digest,
+        "media_type": manifest.media_type,
+        "dry_run": bool(args.dry_run),
+        "steps": [s.to_json() for s in steps],
+        "lock": str(lock_path),
+        "lock_tags": list(entry.get("tags") or []),
+        "pr_title": rules.lock_pr_title(profile, entry),
+    }
+    verb = "would " if args.dry_run else ""
+    lines = [f"{verb}{s.line(ref.repository)}" for s in steps]
+    lines.append(
+        f"{verb}record tags {', '.join(current)} in {lock_path} ({profile})"
+        if args.dry_run
+        else f"recorded tags {', '.join(entry['tags'])} in {lock_path} ({profile})"
+    )
+    emit(args, doc, "\n".join(lines))
+    return 0

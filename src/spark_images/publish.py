@@ -1,0 +1,350 @@
+"""Promotion rules: which lock entries may be published, and under which tags (pure).
+
+A published tag only ever points at a digest that the lock file records and
+whose gates all passed (cubins and coherence). Two kinds of tag exist:
+
+- the moving line tag (`cu130`), which follows the newest promoted digest;
+- immutable tags (`cu130-98dff2a81-20261201`: CUDA line, short vLLM commit,
+  UTC date of the promotion), which are created once and never moved, so a
+  user can roll back to any earlier promotion by name.
+
+Nothing here does I/O: the CLI reads the lock and the registry, asks these
+functions what to do, then does it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import Any, Literal
+
+from spark_images.cubins.verdict import V_NATIVE, V_PARTIAL
+from spark_images.errors import Problem
+
+SHORT_SHA_LEN = 9  # the prefix length the vLLM release notes and wheel versions use
+# The build's cubin gate already required native sm_121 code in every library
+# the profile names; image-wide, "partial" is normal (torch and others also
+# carry code for other GPUs). JIT-only, missing or no GPU code is never promoted.
+PASSING_CUBIN_VERDICTS = frozenset({V_NATIVE, V_PARTIAL})
+PASSED = "passed"
+# Gates recorded as {"status": ...}; a skip (no Spark GPU, no network) is not a pass.
+STATUS_GATES: tuple[tuple[str, str], ...] = (
+    ("audit", "run the fixes audit against this commit (it needs the vLLM history)"),
+    ("coherence", "run the coherence gate on a DGX Spark against this digest first"),
+)
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_IMMUTABLE = re.compile(r"^(?P<line>[a-z0-9]+)-(?P<sha>[0-9a-f]{7,40})-(?P<day>\d{8})$")
+_REPO_NAME = re.compile(r"^[a-z0-9]+([._/-][a-z0-9]+)*$")
+
+TagAction = Literal["create", "move", "unchanged"]
+
+
+def immutable_tag(cuda_line: str, vllm_commit: str, day: date) -> str:
+    """`<cuda_line>-<short vLLM commit>-<YYYYMMDD>`, e.g. `cu130-98dff2a81-20261201`."""
+    return f"{cuda_line}-{vllm_commit[:SHORT_SHA_LEN]}-{day:%Y%m%d}"
+
+
+def is_immutable_tag(tag: str) -> bool:
+    """True for tags of the immutable form: they may be created, never moved."""
+    return _IMMUTABLE.match(tag) is not None
+
+
+def tag_problems(tags: Sequence[str]) -> list[str]:
+    """One line per tag that the distribution API would refuse."""
+    lines = []
+    for tag in tags:
+        if not _TAG.match(tag):
+            lines.append(
+                f"--tag {tag!r}: not a valid tag (fix: letters, digits, '_', '.', '-'; "
+                "at most 128 characters; not starting with '.' or '-')"
+            )
+    return lines
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """Where a lock entry's image lives: registry host, repository name, digest."""
+
+    host: str
+    name: str
+    digest: str
+
+    @property
+    def repository(self) -> str:
+        return f"{self.host}/{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.repository}@{self.digest}"
+
+
+def _problem(lock_file: str, profile: str, field: str, message: str, fix: str) -> Problem:
+    where = f"images.{profile}.{field}" if field else f"images.{profile}"
+    return Problem(file=lock_file, field=where, message=message, fix=fix, rule="publish")
+
+
+def promotion_problems(lock: Mapping[str, Any], profile: str, lock_file: str) -> list[Problem]:
+    """Why the lock entry of `profile` may not be promoted; empty when it may.
+
+    The entry must exist, name its image by digest, and record that every gate
+    passed: a `skipped` coherence gate (no Spark GPU) is not a pass.
+    """
+    images = lock.get("images")
+    if not isinstance(images, Mapping):
+        return [
+            Problem(
+                file=lock_file,
+                field="images",
+                message="the lock file has no `images` table",
+                fix="build and gate the profile first (its lock stage writes the entry)",
+                rule="publish",
+            )
+        ]
+    entry = images.get(profile)
+    if not isinstance(entry, Mapping):
+        known = ", ".join(sorted(str(k) for k in images)) or "none"
+        return [
+            _problem(
+                lock_file,
+                profile,
+                "",
+                f"no lock entry for profile {profile!r} (entries: {known})",
+                "build and gate the profile first (its lock stage writes the entry)",
+            )
+        ]
+    problems: list[Problem] = []
+    ref_problems = _image_problems(entry, lock_file, profile)
+    problems.extend(ref_problems)
+    cubins = entry.get("cubins")
+    verdict = cubins.get("verdict") if isinstance(cubins, Mapping) else None
+    if verdict not in PASSING_CUBIN_VERDICTS:
+        problems.append(
+            _problem(
+                lock_file,
+                profile,
+                "cubins.verdict",
+                f"the cubin gate did not pass (verdict: {verdict!r})",
+                "publish only an image whose sm_121 cubin check passed",
+            )
+        )
+    for gate, fix in STATUS_GATES:
+        section = entry.get(gate)
+        status = section.get("status") if isinstance(section, Mapping) else None
+        if status != PASSED:
+            reason = section.get("reason") if isinstance(section, Mapping) else None
+            detail = f"status: {status!r}" + (f", reason: {reason}" if reason else "")
+            problems.append(
+                _problem(lock_file, profile, f"{gate}.status", f"the {gate} gate did not pass ({detail})", fix)
+            )
+    commit = entry.get("vllm_commit")
+    if not isinstance(commit, str) or not _COMMIT.match(commit):
+        problems.append(
+            _problem(
+                lock_file,
+                profile,
+                "vllm_commit",
+                f"{commit!r} is not a 40-hex commit",
+                "rebuild the profile so the lock records the full vLLM commit",
+            )
+        )
+    return problems
+
+
+def _image_problems(entry: Mapping[str, Any], lock_file: str, profile: str) -> list[Problem]:
+    digest = entry.get("digest")
+    repository = entry.get("repository")
+    image = entry.get("image")
+    problems: list[Problem] = []
+    if not isinstance(digest, str) or not _DIGEST.match(digest):
+        problems.append(
+            _problem(lock_file, profile, "digest", f"{digest!r} is not a sha256 digest",
+                     "rebuild and push the profile so the lock records the registry digest")
+        )
+    if not isinstance(repository, str) or split_repository(repository) is None:
+        problems.append(
+            _problem(lock_file, profile, "repository",
+                     f"{repository!r} is not HOST/NAME of a registry repository",
+                     "the lock must name the registry the candidate was pushed to, e.g. ghcr.io/OWNER/NAME")
+        )
+    if not problems and image != f"{repository}@{digest}":
+        problems.append(
+            _problem(lock_file, profile, "image", f"{image!r} is not {repository}@{digest}",
+                     "the entry is inconsistent; rebuild the profile to rewrite it")
+        )
+    return problems
+
+
+def split_repository(repository: str) -> tuple[str, str] | None:
+    """`HOST[:PORT]/NAME` -> (host, name), or None when it names no registry host."""
+    host, sep, name = repository.partition("/")
+    if not sep or not ("." in host or ":" in host or host == "localhost"):
+        return None
+    if not _REPO_NAME.match(name):
+        return None
+    return host, name
+
+
+def image_ref(entry: Mapping[str, Any]) -> ImageRef:
+    """The entry's image; call only after `promotion_problems` found none."""
+    split = split_repository(str(entry["repository"]))
+    if split is None:  # guarded by promotion_problems; kept for type narrowing
+        raise ValueError(f"bad repository {entry['repository']!r}")
+    return ImageRef(host=split[0], name=split[1], digest=str(entry["digest"]))
+
+
+def coherence_section(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The coherence section of a build record, or the document itself when it is one."""
+    inner = doc.get("coherence")
+    if isinstance(inner, Mapping):
+        return inner
+    return doc if "status" in doc else None
+
+
+def gate_result_problems(doc: Mapping[str, Any], digest: str, file: str) -> list[Problem]:
+    """Why a Spark gate result may not stand for the lock entry's coherence gate.
+
+    It must have passed, on a real sm_121 GPU (not `--assume-gpu`), against an
+    image named by this very digest.
+    """
+    section = coherence_section(doc)
+
+    def bad(field: str, message: str, fix: str) -> Problem:
+        return Problem(file=file, field=field, message=message, fix=fix, rule="publish")
+
+    if section is None:
+        return [bad("coherence", "no coherence section", "pass the record or `spark-images coherence --json` output")]
+    problems: list[Problem] = []
+    status = section.get("status")
+    if status != PASSED:
+        reason = section.get("reason")
+        problems.append(
+            bad("coherence.status", f"the Spark gate did not pass (status: {status!r}" + (f", reason: {reason})" if reason else ")"),
+                "promote only a digest whose coherence gate passed on a DGX Spark")
+        )
+    if section.get("assumed_gpu"):
+        problems.append(
+            bad("coherence.assumed_gpu", "the gate ran with --assume-gpu against a stand-in server",
+                "run the gate on a DGX Spark without --assume-gpu")
+        )
+    image = section.get("image")
+    if not isinstance(image, str) or not image.endswith(f"@{digest}"):
+        problems.append(
+            bad("coherence.image", f"the gate ran on {image!r}, not on the locked digest {digest}",
+                "run the gate on REPOSITORY@DIGEST of the lock entry")
+        )
+    return problems
+
+
+def entry_with_coherence(entry: Mapping[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the lock entry whose coherence gate is the Spark job's result."""
+    gate: dict[str, Any] = {"status": section.get("status")}
+    if section.get("reason"):
+        gate["reason"] = section["reason"]
+    return {**entry, "coherence": gate}
+
+
+@dataclass(frozen=True)
+class TagStep:
+    """What promoting does to one tag: create it, move it, or leave it."""
+
+    tag: str
+    action: TagAction
+    previous: str | None  # the digest the tag pointed at before, if any
+    digest: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tag": self.tag, "action": self.action, "previous": self.previous, "digest": self.digest}
+
+    def line(self, repository: str) -> str:
+        if self.action == "create":
+            return f"create {repository}:{self.tag} -> {self.digest}"
+        if self.action == "move":
+            return f"move {repository}:{self.tag} {self.previous} -> {self.digest}"
+        return f"keep {repository}:{self.tag} (already {self.digest})"
+
+
+def plan_tags(
+    digest: str, tags: Sequence[str], current: Mapping[str, str | None]
+) -> tuple[list[TagStep], list[str]]:
+    """Steps for each tag given where the registry's tags point now.
+
+    Returns (steps, refusals). An immutable tag that already points at another
+    digest is refused: moving it would break every rollback that names it.
+    """
+    steps: list[TagStep] = []
+    refusals: list[str] = []
+    for tag in dict.fromkeys(tags):
+        previous = current.get(tag)
+        if previous is None:
+            steps.append(TagStep(tag, "create", None, digest))
+        elif previous == digest:
+            steps.append(TagStep(tag, "unchanged", previous, digest))
+        elif is_immutable_tag(tag):
+            refusals.append(
+                f"--tag {tag}: immutable tag already points at {previous}, not {digest} "
+                "(fix: immutable tags are never moved; promote under a new date or commit)"
+            )
+        else:
+            steps.append(TagStep(tag, "move", previous, digest))
+    return steps, refusals
+
+
+def entry_with_tags(entry: Mapping[str, Any], tags: Sequence[str]) -> dict[str, Any]:
+    """A copy of the lock entry whose `tags` also list `tags` (sorted, unique)."""
+    old = entry.get("tags")
+    existing = [str(t) for t in old] if isinstance(old, list) else []
+    out = dict(entry)
+    out["tags"] = sorted(set(existing) | set(tags))
+    return out
+
+
+def lock_pr_title(profile: str, entry: Mapping[str, Any]) -> str:
+    digest = str(entry.get("digest", ""))
+    return f"lock: promote {profile} to {digest[:19]} (vLLM {entry.get('vllm_version', '?')})"
+
+
+def lock_pr_body(profile: str, entry: Mapping[str, Any], steps: Sequence[TagStep]) -> str:
+    """Markdown for the lock pull request and the job summary."""
+    repository = str(entry.get("repository", ""))
+    digest = str(entry.get("digest", ""))
+    cubins = entry.get("cubins") if isinstance(entry.get("cubins"), Mapping) else {}
+    coherence = entry.get("coherence") if isinstance(entry.get("coherence"), Mapping) else {}
+    audit = entry.get("audit") if isinstance(entry.get("audit"), Mapping) else {}
+    fixes = entry.get("fixes_included") or []
+    lines = [
+        f"## Promote `{profile}`",
+        "",
+        f"Image: `{repository}@{digest}`",
+        "",
+        "| field | value |",
+        "|---|---|",
+        f"| vLLM | {entry.get('vllm_version', '?')} (`{entry.get('vllm_commit', '?')}`) |",
+        f"| CUDA | {entry.get('cuda_version', '?')} ({entry.get('cuda_line', '?')}) |",
+        f"| arch list | `{entry.get('arch_list', '?')}` |",
+        f"| audit gate | {audit.get('status', '?')} |",
+        f"| cubins gate | {cubins.get('verdict', '?')} |",
+        f"| coherence gate | {coherence.get('status', '?')} |",
+        f"| fixes included | {', '.join(f'#{f}' for f in fixes) if fixes else 'none recorded'} |",
+        f"| created | {entry.get('created', '?')} |",
+        "",
+        "### Tags",
+        "",
+        "| tag | action | previous digest |",
+        "|---|---|---|",
+    ]
+    for step in steps:
+        lines.append(f"| `{step.tag}` | {step.action} | {f'`{step.previous}`' if step.previous else '-'} |")
+    lines += [
+        "",
+        "Pull by digest, never by tag:",
+        "",
+        "```",
+        f"docker pull {repository}@{digest}",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)

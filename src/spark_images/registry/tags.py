@@ -1,0 +1,90 @@
+"""Point a tag at a manifest that is already in the registry (OCI distribution API).
+
+Promotion never rebuilds and never re-encodes: the manifest is fetched by
+digest with its exact bytes and media type, checked against the digest, and
+PUT under the new tag, so the tag resolves to the very same digest. The
+registry's answer (`Docker-Content-Digest`) is checked too.
+
+HTTP goes through `RegistryClient._request` (registry.client): bearer-token
+challenges, retries with backoff, plain HTTP for loopback hosts (or with
+`insecure_http`), one-line errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import requests
+
+from spark_images.errors import EnvironmentProblem, Finding
+from spark_images.registry.client import ACCEPT, INDEX_TYPES, MANIFEST_TYPES, RegistryClient
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest exactly as the registry stores it."""
+
+    digest: str
+    media_type: str
+    body: bytes
+
+
+class TagClient:
+    """Manifest reads and tag writes on one repository, sharing one token."""
+
+    def __init__(
+        self,
+        host: str,
+        name: str,
+        *,
+        insecure_http: bool | None = None,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.client = RegistryClient(host, name, insecure_http=insecure_http, session=session)
+        self.where = f"{host}/{name}"
+
+    def get_manifest(self, digest: str) -> Manifest:
+        """GET the manifest by digest; Finding when the registry does not have it."""
+        resp = self.client._request("GET", f"/manifests/{digest}", headers={"Accept": ACCEPT}, ok=(200, 404))
+        if resp.status_code == 404:
+            raise Finding(f"{self.where}@{digest}: the registry has no such manifest (fix: push the candidate first)")
+        body = resp.content
+        actual = "sha256:" + hashlib.sha256(body).hexdigest()
+        if actual != digest:
+            raise EnvironmentProblem(f"{self.where}@{digest}: the registry answered a manifest whose digest is {actual}")
+        try:
+            declared = json.loads(body).get("mediaType")
+        except (ValueError, AttributeError):
+            raise EnvironmentProblem(f"{self.where}@{digest}: the manifest is not a JSON object") from None
+        media_type = str(declared or resp.headers.get("Content-Type", "").split(";", 1)[0].strip())
+        if media_type not in MANIFEST_TYPES + INDEX_TYPES:
+            raise EnvironmentProblem(f"{self.where}@{digest}: unexpected manifest media type {media_type!r}")
+        return Manifest(digest=digest, media_type=media_type, body=body)
+
+    def tag_digest(self, tag: str) -> str | None:
+        """The digest `tag` resolves to now, or None when the tag does not exist."""
+        resp = self.client._request("HEAD", f"/manifests/{tag}", headers={"Accept": ACCEPT}, ok=(200, 404))
+        if resp.status_code == 404:
+            return None
+        digest = resp.headers.get("Docker-Content-Digest", "")
+        if not digest:
+            raise EnvironmentProblem(f"{self.where}:{tag}: the registry sent no Docker-Content-Digest")
+        return digest
+
+    def put_tag(self, tag: str, manifest: Manifest) -> None:
+        """PUT the manifest's exact bytes under `tag`; the registry must keep the digest."""
+        resp = self.client._request(
+            "PUT",
+            f"/manifests/{tag}",
+            data=manifest.body,
+            headers={"Content-Type": manifest.media_type},
+            actions="pull,push",
+            ok=(200, 201),
+        )
+        answered = resp.headers.get("Docker-Content-Digest")
+        if answered and answered != manifest.digest:
+            raise EnvironmentProblem(
+                f"registry stored {self.where}:{tag} as {answered}, not {manifest.digest}: it rewrote the manifest"
+            )
