@@ -29,9 +29,9 @@ class Problem:
     rule: str = ""
 
     def line(self) -> str:
-        where = f"{self.file}: {self.field}" if self.field else self.file
+        where = ": ".join(part for part in (self.file, self.field) if part)
         tag = "warning: " if self.severity == "warning" else ""
-        text = f"{where}: {tag}{self.message}"
+        text = f"{where}: {tag}{self.message}" if where else f"{tag}{self.message}"
         if self.fix:
             text += f" (fix: {self.fix})"
         if self.rule:

@@ -1,18 +1,57 @@
-"""`spark-images audit` (not implemented yet)."""
+"""`spark-images audit TARGET`: which upstream vLLM fixes a target contains.
+
+TARGET: a commit SHA (full or short), a release (`v0.22.0` / `0.22.0`), a
+profile (`profiles/NAME.yaml`: its vllm.commit, required fixes and patches),
+a wheel file, `vllm==X`, a directory, or an image (`docker://NAME`,
+`HOST/REPO:TAG`). Exit 1 when an asked (`--fix`) or required fix is absent,
+reverted or effect-absent and not patched; 2 for usage/environment problems.
+
+History: --repo PATH (any clone of vLLM), else a treeless bare clone cached in
+$XDG_CACHE_HOME/spark-images/vllm.git (default ~/.cache), fetched when older
+than an hour or when the target is not in it. SPARK_IMAGES_VLLM_GIT_URL
+overrides the upstream URL, SPARK_IMAGES_PYPI_SIMPLE the package index used
+to turn an untagged release into its commit.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from spark_images.cli._common import add_json_flag
-from spark_images.errors import UsageError
+from spark_images.audit import audit_target
+from spark_images.audit.report import render_markdown, render_table
+from spark_images.cli._common import add_json_flag, emit
+from spark_images.errors import EXIT_FINDING, EXIT_OK, UsageError
+
+
+def _pr(text: str) -> int:
+    value = text.strip().lstrip("#")
+    if not value.isdigit() or int(value) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a PR number (e.g. 40082 or #40082)")
+    return int(value)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("audit", help="(not implemented yet)")
+    parser = sub.add_parser(
+        "audit",
+        help="which upstream vLLM fixes a commit, release, profile, wheel or image contains",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("target", metavar="TARGET", help="commit, release, profile .yaml, wheel, vllm==X or image")
+    parser.add_argument("--fix", dest="fixes", metavar="N", type=_pr, action="append", nargs="+", default=[],
+                        help="only these PRs (repeatable); exit 1 if one is missing")
+    parser.add_argument("--repo", metavar="PATH", type=Path, help="a local vLLM clone (default: a cached treeless clone)")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown (for CI summaries)")
     add_json_flag(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UsageError("'audit' is not implemented yet")
+    if args.json and args.markdown:
+        raise UsageError("--json and --markdown: choose one")
+    fixes = [n for group in args.fixes for n in group]
+    report = audit_target(args.target, fixes=fixes, repo=args.repo)
+    text = render_markdown(report) if args.markdown else render_table(report)
+    emit(args, report.to_json(), text)
+    return EXIT_FINDING if report.missing_required else EXIT_OK

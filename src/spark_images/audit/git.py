@@ -1,0 +1,348 @@
+"""The only module of the project that runs git.
+
+It gathers data and decides nothing: commits as `CommitInfo`, tags, files at a
+commit, shallow boundaries, and the cached treeless clone of upstream vLLM.
+Every git failure becomes a one-line `EnvironmentProblem`/`UsageError`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_images.audit._problems import problem
+from spark_images.audit.history import CommitInfo
+from spark_images.errors import EnvironmentProblem, Problem, UsageError
+
+UPSTREAM_URL = "https://github.com/vllm-project/vllm.git"
+_SEP = "\x1f"
+_FMT_LEAN = "%H%x1f%T%x1f%P%x1f%ct%x1f%s"
+_FMT_FULL = "%H%x1f%T%x1f%P%x1f%ct%x1f%s%x1f%b"
+_HEX = re.compile(r"^[0-9a-f]{4,40}$")
+MAIN_REFS: tuple[str, ...] = ("refs/heads/main", "refs/remotes/origin/main", "refs/remotes/upstream/main")
+_STAMP = "spark-images-fetched"
+
+
+def _env(lazy_fetch: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0"})
+    if not lazy_fetch:
+        # honoured by git >= 2.44; older git ignores it (then we only avoid
+        # commands that need trees, e.g. `log --no-mailmap`).
+        env["GIT_NO_LAZY_FETCH"] = "1"
+    else:
+        env.pop("GIT_NO_LAZY_FETCH", None)
+    return env
+
+
+def _last_line(data: bytes) -> str:
+    lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
+
+
+def _run(
+    args: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    stdin: bytes | None = None,
+    timeout: float = 120.0,
+    lazy_fetch: bool = False,
+) -> subprocess.CompletedProcess[bytes]:
+    if shutil.which("git") is None:
+        raise EnvironmentProblem(problem("git is not installed (install git >= 2.30)"))
+    try:
+        return subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            input=stdin,
+            capture_output=True,
+            timeout=timeout,
+            env=_env(lazy_fetch),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise EnvironmentProblem(problem(f"git {args[0]} took longer than {timeout:.0f}s in {cwd}")) from None
+
+
+@dataclass(frozen=True)
+class TagRef:
+    name: str
+    commit: str
+
+
+class Repo:
+    """A local git repository (work tree or bare) holding vLLM history."""
+
+    def __init__(self, path: Path, timeout: float = 120.0) -> None:
+        self.path = Path(path)
+        self.timeout = timeout
+        if not self.path.exists():
+            raise UsageError(problem(f"{self.path}: no such directory (--repo must name a git clone of vLLM)"))
+        proc = _run(["rev-parse", "--absolute-git-dir"], cwd=self.path, timeout=timeout)
+        if proc.returncode != 0:
+            raise UsageError(problem(f"{self.path}: not a git repository ({_last_line(proc.stderr)})"))
+        self.git_dir = Path(proc.stdout.decode().strip())
+
+    # -- plumbing ---------------------------------------------------------
+    def git(self, *args: str, stdin: bytes | None = None, lazy_fetch: bool = False, timeout: float | None = None) -> bytes:
+        proc = _run(args, cwd=self.path, stdin=stdin, timeout=timeout or self.timeout, lazy_fetch=lazy_fetch)
+        if proc.returncode != 0:
+            raise EnvironmentProblem(problem(f"{self.path}: git {args[0]} failed: {_last_line(proc.stderr)}"))
+        return proc.stdout
+
+    def _try(self, *args: str) -> bytes | None:
+        proc = _run(args, cwd=self.path, timeout=self.timeout)
+        return proc.stdout if proc.returncode == 0 else None
+
+    # -- facts about the clone -------------------------------------------
+    def is_shallow(self) -> bool:
+        out = self._try("rev-parse", "--is-shallow-repository")
+        return (out or b"").strip() == b"true" or (self.git_dir / "shallow").is_file()
+
+    def shallow_commits(self) -> list[str]:
+        path = self.git_dir / "shallow"
+        if not path.is_file():
+            return []
+        return [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+
+    def grafts(self) -> list[str]:
+        """Commits whose parents are rewritten (info/grafts or `git replace --graft`)."""
+        found: list[str] = []
+        grafts = self.git_dir / "info" / "grafts"
+        if grafts.is_file():
+            found += [ln.split()[0] for ln in grafts.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        out = self._try("for-each-ref", "--format=%(refname:strip=2)", "refs/replace/")
+        found += [ln for ln in (out or b"").decode().splitlines() if ln]
+        return found
+
+    def is_partial(self) -> bool:
+        out = self._try("config", "--get-regexp", r"^(extensions\.partialclone|remote\..*\.promisor)$")
+        return bool(out and out.strip())
+
+    # -- names and objects -------------------------------------------------
+    def resolve_commit(self, rev: str) -> str | None:
+        out = self._try("rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+        return out.decode().strip() if out else None
+
+    def commits_with_prefix(self, prefix: str) -> list[str]:
+        """Every commit whose SHA starts with `prefix` (to report ambiguity)."""
+        if not _HEX.match(prefix):
+            return []
+        out = self._try("rev-parse", f"--disambiguate={prefix}") or b""
+        objects = out.decode().split()
+        if not objects:
+            return []
+        check = self._try_stdin(["cat-file", "--batch-check=%(objectname) %(objecttype)"], "\n".join(objects) + "\n")
+        return sorted(ln.split()[0] for ln in check.splitlines() if ln.endswith(" commit"))
+
+    def _try_stdin(self, args: list[str], text: str) -> str:
+        proc = _run(args, cwd=self.path, stdin=text.encode(), timeout=self.timeout)
+        return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else ""
+
+    def main_ref(self) -> str | None:
+        """The newest of main / origin/main / upstream/main: a work clone's local
+        main is often behind, and commits past it would look like a branch."""
+        out = self._try("for-each-ref", "--sort=-committerdate", "--format=%(refname)", *MAIN_REFS) or b""
+        present = out.decode().split()
+        return present[0] if present else None
+
+    def tags(self) -> list[TagRef]:
+        out = self._try(
+            "for-each-ref",
+            "--format=%(refname:strip=2)%1f%(objecttype)%1f%(objectname)%1f%(*objecttype)%1f%(*objectname)",
+            "refs/tags/",
+        ) or b""
+        tags: list[TagRef] = []
+        for line in out.decode("utf-8", "replace").splitlines():
+            name, otype, oid, ptype, poid = (line.split(_SEP) + [""] * 5)[:5]
+            if otype == "commit":
+                tags.append(TagRef(name, oid))
+            elif otype == "tag" and ptype == "commit":
+                tags.append(TagRef(name, poid))
+        return tags
+
+    # -- history -----------------------------------------------------------
+    def log(self, revs: Sequence[str], *, bodies: bool) -> list[CommitInfo]:
+        """Commits reachable from `revs` (git rev syntax, `^X` excludes)."""
+        if not revs:
+            return []
+        fmt = _FMT_FULL if bodies else _FMT_LEAN
+        out = self.git(
+            "-c", "core.commitGraph=true", "log", "--no-mailmap", "-z", f"--format={fmt}", *revs, "--",
+        )
+        commits: list[CommitInfo] = []
+        for record in out.decode("utf-8", "replace").split("\x00"):
+            if not record:
+                continue
+            parts = record.split(_SEP, 5)
+            if len(parts) < 5:
+                continue
+            sha, tree, parents, when = parts[0].strip(), parts[1], parts[2], parts[3]
+            body = parts[5] if len(parts) > 5 else ""
+            commits.append(
+                CommitInfo(
+                    sha=sha,
+                    tree=tree,
+                    parents=tuple(parents.split()),
+                    subject=parts[4],
+                    body=body,
+                    time=int(when) if when.isdigit() else 0,
+                )
+            )
+        return commits
+
+    def messages(self, shas: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """(subject, body) of the given commits; unknown ones are left out."""
+        wanted = [s for s in dict.fromkeys(shas) if _HEX.match(s)]
+        if not wanted:
+            return {}
+        proc = _run(["cat-file", "--batch"], cwd=self.path, stdin=("\n".join(wanted) + "\n").encode(), timeout=self.timeout)
+        data = proc.stdout
+        found: dict[str, tuple[str, str]] = {}
+        pos = 0
+        for asked in wanted:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                break
+            header = data[pos:nl].decode().split()
+            pos = nl + 1
+            if len(header) < 3 or header[1] != "commit":
+                if len(header) == 3:
+                    pos += int(header[2]) + 1
+                continue
+            size = int(header[2])
+            raw = data[pos : pos + size].decode("utf-8", "replace")
+            pos += size + 1
+            _, _, message = raw.partition("\n\n")
+            subject, _, body = message.partition("\n")
+            found[asked] = (subject.strip(), body)
+        return found
+
+    def read_paths(self, commit: str, paths: Sequence[str], timeout: float = 300.0) -> dict[str, bytes | None]:
+        """Files at `commit` (None: not in the tree). May fetch blobs in a partial clone."""
+        if not paths:
+            return {}
+        stdin = "".join(f"{commit}:{p}\n" for p in paths).encode()
+        proc = _run(["cat-file", "--batch"], cwd=self.path, stdin=stdin, timeout=timeout, lazy_fetch=True)
+        if proc.returncode != 0:
+            raise EnvironmentProblem(problem(f"{self.path}: cannot read files at {commit[:12]}: {_last_line(proc.stderr)}"))
+        data = proc.stdout
+        result: dict[str, bytes | None] = {}
+        pos = 0
+        for path in paths:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                raise EnvironmentProblem(problem(f"{self.path}: git cat-file stopped early at {path}"))
+            header = data[pos:nl].decode().split()
+            pos = nl + 1
+            if len(header) == 3 and header[1] == "blob":
+                size = int(header[2])
+                result[path] = data[pos : pos + size]
+                pos += size + 1
+            else:
+                if len(header) == 3:  # a tree or other object at that path
+                    pos += int(header[2]) + 1
+                result[path] = None
+        return result
+
+    def has_path(self, commit: str, path: str) -> bool | None:
+        """Is `path` in the tree of `commit`? None when trees are not local (treeless clone)."""
+        if self.is_partial():
+            return None
+        out = self._try("cat-file", "-t", f"{commit}:{path}")
+        return out is not None
+
+    def write_commit_graph(self) -> None:
+        self._try("commit-graph", "write", "--reachable")
+
+
+# -- the cached treeless clone of upstream vLLM --------------------------------
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "spark-images"
+
+
+def upstream_url() -> str:
+    return os.environ.get("SPARK_IMAGES_VLLM_GIT_URL", UPSTREAM_URL)
+
+
+def _no_history(url: str, dest: Path, why: str) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        Problem(
+            file=str(dest),
+            field="",
+            message=f"vLLM history unavailable: cannot fetch {url} ({why})",
+            fix=f"pass --repo PATH to a local clone (git clone --bare --filter=tree:0 {url})",
+        )
+    )
+
+
+def clone_cache(url: str, dest: Path, timeout: float = 900.0) -> Repo:
+    """Make the treeless bare clone (atomically: a half clone never sits at `dest`)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        proc = _run(
+            ["-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60",
+             "clone", "--bare", "--filter=tree:0", "--quiet", url, str(tmp)],
+            timeout=timeout,
+            lazy_fetch=True,
+        )
+    except EnvironmentProblem as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _no_history(url, dest, exc.problems[0].message) from None
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _no_history(url, dest, _last_line(proc.stderr))
+    _run(["config", "fetch.writeCommitGraph", "true"], cwd=tmp)
+    _run(["commit-graph", "write", "--reachable"], cwd=tmp, timeout=timeout)
+    (tmp / _STAMP).write_text(str(time.time()))
+    try:
+        tmp.rename(dest)
+    except OSError:  # another process finished first: use theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Repo(dest)
+
+
+def fetch_cache(repo: Repo, url: str, timeout: float = 600.0) -> str | None:
+    """Fetch new history into the cache clone; returns why it failed, or None."""
+    proc = _run(
+        ["-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=30",
+         "fetch", "--quiet", "--filter=tree:0", "--tags", "--force", url, "+refs/heads/*:refs/heads/*"],
+        cwd=repo.path,
+        timeout=timeout,
+        lazy_fetch=True,
+    )
+    if proc.returncode != 0:
+        return _last_line(proc.stderr)
+    repo.write_commit_graph()
+    (repo.git_dir / _STAMP).write_text(str(time.time()))
+    return None
+
+
+def cache_age_s(repo: Repo) -> float:
+    stamp = repo.git_dir / _STAMP
+    try:
+        return time.time() - stamp.stat().st_mtime
+    except OSError:
+        return float("inf")
+
+
+def open_cache(url: str | None = None, dest: Path | None = None) -> tuple[Repo, bool]:
+    """The cache clone, cloned on first use. Returns (repo, freshly_cloned)."""
+    url = url or upstream_url()
+    dest = dest or cache_root() / "vllm.git"
+    if (dest / "HEAD").is_file():
+        return Repo(dest), False
+    return clone_cache(url, dest), True
+
+
+def no_history_error(url: str, dest: Path, why: str) -> EnvironmentProblem:
+    return _no_history(url, dest, why)

@@ -1,0 +1,164 @@
+"""Release names: tag parsing and PEP 440 ordering (pure), and the one network
+lookup that turns a release into its commit without git: the `vllm/_version.py`
+inside the release sdist on PyPI (read from the .tar.gz stream, one member).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tarfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from spark_images.audit._problems import problem
+from spark_images.errors import EnvironmentProblem, UsageError
+
+_TAG = re.compile(
+    r"^v?(?P<release>\d+(?:\.\d+)*)"
+    r"(?:(?P<pre>rc|a|b)(?P<pre_n>\d+))?"
+    r"(?:\.post(?P<post>\d+))?"
+    r"(?:\.dev(?P<dev>\d+))?$"
+)
+_COMMIT_ID = re.compile(r"""__commit_id__\s*=\s*(?:commit_id\s*=\s*)?['"]g?([0-9a-f]{7,40})['"]""")
+_VERSION_LINE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
+_LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})(?:$|[.+])")
+PYPI_SIMPLE = "https://pypi.org/simple"
+_SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+
+@dataclass(frozen=True, order=True)
+class ReleaseName:
+    """A release tag: `v0.22.1rc0`, `v0.22.1`, `0.9.0.1`, `v0.8.5.post1`."""
+
+    key: tuple[object, ...]
+    tag: str
+    kind: str  # "final", "rc", "pre" (a/b), "dev"
+
+    @property
+    def version(self) -> str:
+        return self.tag[1:] if self.tag.startswith("v") else self.tag
+
+
+def parse_tag(tag: str) -> ReleaseName | None:
+    m = _TAG.match(tag)
+    if not m:
+        return None
+    release = tuple(int(x) for x in m.group("release").split("."))
+    release = release + (0,) * (4 - len(release)) if len(release) < 4 else release
+    pre = m.group("pre")
+    dev = m.group("dev")
+    if dev is not None:
+        kind = "dev"
+    elif pre == "rc":
+        kind = "rc"
+    elif pre:
+        kind = "pre"
+    else:
+        kind = "final"
+    # PEP 440: X.YrcN < X.Y < X.Y.postN; a dev release sorts before its base
+    pre_rank = {"a": 0, "b": 1, "rc": 2}.get(pre or "", 3)
+    key = (
+        release,
+        pre_rank if dev is None or pre else -1,
+        int(m.group("pre_n") or 0),
+        int(m.group("post") or -1),
+        int(dev) if dev is not None else 1 << 30,
+    )
+    return ReleaseName(key=key, tag=tag, kind=kind)
+
+
+def first_release_and_rc(tags: Iterable[str]) -> tuple[str | None, str | None]:
+    """The lowest final release and the lowest rc among tags that contain a fix."""
+    finals: list[ReleaseName] = []
+    rcs: list[ReleaseName] = []
+    for tag in tags:
+        name = parse_tag(tag)
+        if name is None:
+            continue
+        if name.kind == "final":
+            finals.append(name)
+        elif name.kind == "rc":
+            rcs.append(name)
+    return (min(finals).tag if finals else None, min(rcs).tag if rcs else None)
+
+
+def tag_candidates(version: str) -> list[str]:
+    v = version[1:] if version.startswith("v") else version
+    return [f"v{v}", v]
+
+
+def parse_version_file(text: str) -> tuple[str | None, str | None]:
+    """(version, commit hex) from a setuptools-scm `_version.py`.
+
+    Release builds record `__commit_id__ = commit_id = 'g98dff2a81'` (g + 9
+    hex); dev builds also carry the commit in the local version `+g<sha>`.
+    """
+    version_m = _VERSION_LINE.search(text)
+    version = version_m.group(1) if version_m else None
+    commit_m = _COMMIT_ID.search(text)
+    if commit_m:
+        return version, commit_m.group(1)
+    if version:
+        local = _LOCAL_SHA.search(version)
+        if local:
+            return version, local.group(1)
+    return version, None
+
+
+def sdist_url(index_doc: dict[str, object], version: str) -> str | None:
+    """The sdist URL of `version` in a PEP 691 simple-index JSON document."""
+    name = f"vllm-{version}.tar.gz"
+    for entry in index_doc.get("files", []) or []:  # type: ignore[union-attr]
+        if isinstance(entry, dict) and entry.get("filename") == name and not entry.get("yanked"):
+            return str(entry.get("url"))
+    return None
+
+
+# -- network edge ---------------------------------------------------------------
+def pypi_index_url() -> str:
+    return os.environ.get("SPARK_IMAGES_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/")
+
+
+def sdist_commit(version: str, timeout: float = 60.0) -> str:
+    """Commit (hex prefix) of a vLLM release, read from its sdist on PyPI."""
+    import requests  # imported here: only this lookup needs the network stack
+
+    base = pypi_index_url()
+    try:
+        resp = requests.get(f"{base}/vllm/", headers={"Accept": _SIMPLE_JSON}, timeout=timeout)
+    except requests.RequestException as exc:
+        raise EnvironmentProblem(problem(f"cannot reach the package index {base} to resolve vLLM {version}: {exc.__class__.__name__}")) from None
+    if resp.status_code != 200:
+        raise EnvironmentProblem(problem(f"{base}/vllm/ answered HTTP {resp.status_code} while resolving vLLM {version}"))
+    try:
+        doc = json.loads(resp.text)
+    except ValueError:
+        raise EnvironmentProblem(problem(f"{base}/vllm/ did not answer PEP 691 JSON")) from None
+    url = sdist_url(doc, version)
+    if url is None:
+        raise UsageError(problem(f"vLLM {version}: no release tag in the history and no sdist vllm-{version}.tar.gz on {base}"))
+    try:
+        with requests.get(url, stream=True, timeout=timeout) as sdist:
+            sdist.raise_for_status()
+            with tarfile.open(fileobj=sdist.raw, mode="r|gz") as archive:
+                for member in archive:
+                    if member.isfile() and member.name.endswith("/vllm/_version.py") and member.name.count("/") == 2:
+                        handle = archive.extractfile(member)
+                        text = handle.read().decode("utf-8", "replace") if handle else ""
+                        break
+                else:
+                    raise UsageError(problem(f"vllm-{version}.tar.gz has no vllm/_version.py"))
+    except (requests.RequestException, tarfile.TarError, OSError) as exc:
+        raise EnvironmentProblem(problem(f"cannot read vllm-{version}.tar.gz from {url}: {exc.__class__.__name__}: {exc}")) from None
+    _, commit = parse_version_file(text)
+    if commit is None:
+        raise UsageError(
+            problem(
+                f"vllm-{version}.tar.gz: vllm/_version.py records no commit (built before setuptools-scm wrote "
+                "__commit_id__)",
+                "give the commit SHA instead",
+            )
+        )
+    return commit
