@@ -193,7 +193,9 @@ class BuildSettings:
 class CoherenceSettings:
     models: tuple[str, ...]
     moe_backends: tuple[str, ...]
-    linear_backends: tuple[str, ...]
+    # None: each MoE backend is paired with the linear backend of the same name
+    # (auto/auto, b12x/b12x, marlin/marlin: the guide's 10.3 order)
+    linear_backends: tuple[str, ...] | None
     kv_cache_dtypes: tuple[str, ...]
 
 
@@ -319,7 +321,7 @@ def _to_profile(doc: dict[str, Any], file: str) -> Profile:
             coherence=CoherenceSettings(
                 models=tuple(coherence["models"]),
                 moe_backends=tuple(coherence.get("moe_backends") or ("auto",)),
-                linear_backends=tuple(coherence.get("linear_backends") or ("auto",)),
+                linear_backends=tuple(coherence["linear_backends"]) if coherence.get("linear_backends") else None,
                 kv_cache_dtypes=tuple(coherence.get("kv_cache_dtypes") or ("auto",)),
             )
             if coherence

@@ -1,18 +1,204 @@
-"""`spark-images coherence` (not implemented yet)."""
+"""`spark-images coherence IMAGE --model M`: serve, check, pick the fastest coherent backend.
+
+Exit 0 when every model has a coherent combination (or the stage is skipped
+because there is no sm_121 GPU: the reason is printed, and `--require-gpu`
+turns that into exit 2), 1 when none is coherent, 2 for usage/environment.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import Any
 
-from spark_images.cli._common import add_json_flag
-from spark_images.errors import UsageError
+from spark_images.cli._common import add_json_flag, emit
+from spark_images.errors import EnvironmentProblem, Problem, UsageError
+
+DEFAULT_MOE = "auto,flashinfer_b12x,marlin"
+
+
+def _csv(value: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list, e.g. auto,marlin")
+    return items
+
+
+def _positive(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from exc
+    if number <= 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return number
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("coherence", help="(not implemented yet)")
+    parser = sub.add_parser(
+        "coherence",
+        help="serve a model from an image and prove the output is coherent and fast",
+        description=(
+            "Serve each model with each backend combination (docker run --gpus all --ipc host), "
+            "scan the log for fatal signatures, check known answers, degeneracy, concurrency and "
+            "speed, and select the fastest coherent combination. Without a GPU of compute "
+            "capability 12.1 the stage is skipped, never passed."
+        ),
+    )
+    parser.add_argument("image", nargs="?", help="image reference (repo@sha256:... preferred)")
+    parser.add_argument("--model", action="append", default=[], metavar="M",
+                        help="model to serve (repeatable); with --endpoint, the served model name")  # fmt: skip
+    parser.add_argument("--backends", type=_csv, default=_csv(DEFAULT_MOE), metavar="LIST",
+                        help=f"--moe-backend values to try (default {DEFAULT_MOE})")  # fmt: skip
+    parser.add_argument("--linear-backends", type=_csv, default=None, metavar="LIST",
+                        help="--linear-backend values; default: the same name as each MoE backend")  # fmt: skip
+    parser.add_argument("--kv-cache-dtype", type=_csv, default=["auto"], metavar="LIST",
+                        help="--kv-cache-dtype values to try (default auto)")  # fmt: skip
+    parser.add_argument("--endpoint", metavar="URL",
+                        help="check a server that is already running (no container)")  # fmt: skip
+    parser.add_argument("--health-timeout", type=_positive, default=1800.0, metavar="S",
+                        help="seconds to wait for /health (default 1800, as upstream CI)")  # fmt: skip
+    parser.add_argument("--gpus", default="all",
+                        help="docker --gpus value; 'none' runs without GPUs (stand-in server tests)")  # fmt: skip
+    parser.add_argument("--assume-gpu", action="store_true",
+                        help="do not check for an sm_121 GPU: ONLY for testing with a stand-in server; "
+                        "the record says so")  # fmt: skip
+    parser.add_argument("--require-gpu", action="store_true",
+                        help="exit 2 instead of recording `skipped` when there is no sm_121 GPU")  # fmt: skip
+    parser.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for vllm serve (repeatable), e.g. --serve-arg=--max-model-len=8192")  # fmt: skip
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment variable for the container (repeatable)")  # fmt: skip
+    parser.add_argument("--volume", action="append", default=[], metavar="HOST:CONTAINER",
+                        help="bind mount (repeatable); default: ~/.cache/huggingface if it exists")  # fmt: skip
+    parser.add_argument("--ab-reference", metavar="BACKEND",
+                        help="A/B each coherent combination against this known-good MoE backend")  # fmt: skip
+    parser.add_argument("--api", type=_csv, default=["completions", "chat"], metavar="LIST",
+                        help="APIs to probe: completions,chat (default both; a base model without "
+                        "a chat template: completions)")  # fmt: skip
+    parser.add_argument("--min-probe-pass", type=float, default=0.9, metavar="F",
+                        help="share of known-answer probes that must pass (default 0.9; "
+                        "upstream's four must always pass)")  # fmt: skip
+    parser.add_argument("--speed-tokens", type=int, default=256, metavar="N",
+                        help="tokens per timed stream (default 256, ignore_eos)")  # fmt: skip
+    parser.add_argument("--record", type=Path, metavar="FILE",
+                        help="write the result as the `coherence` section of this build record")  # fmt: skip
     add_json_flag(parser)
     parser.set_defaults(handler=run)
 
 
+def _usage(field: str, message: str, fix: str) -> UsageError:
+    return UsageError(Problem(file="command line", field=field, message=message, fix=fix))
+
+
+def _env(items: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _usage("--env", f"{item!r} is not KEY=VALUE", "--env HF_HOME=/data/hf")
+        env[key] = value
+    return env
+
+
+def _volumes(items: list[str]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for item in items:
+        host, sep, inside = item.partition(":")
+        if not sep or not host or not inside:
+            raise _usage("--volume", f"{item!r} is not HOST:CONTAINER", "--volume /data/hf:/root/.cache/huggingface")
+        out.append((host, inside))
+    if not items:
+        cache = Path.home() / ".cache" / "huggingface"
+        if cache.is_dir():
+            out.append((str(cache), "/root/.cache/huggingface"))
+    return out
+
+
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so containers are removed."""
+
+    def handler(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    with contextlib.suppress(ValueError):  # not the main thread (main() called from a worker)
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _text(section: dict[str, Any]) -> str:
+    lines = [f"coherence: {section['status']}" + (f": {section['reason']}" if section.get("reason") else "")]
+    for c in section.get("combinations", []):
+        rate = (c.get("speed") or {}).get("decode_tokens_per_s")
+        shown = f"{rate:.1f} tok/s" if isinstance(rate, int | float) else "- tok/s"
+        lines.append(
+            f"  {c['status']:<7} {c['model']} moe={c['moe_backend']} linear={c['linear_backend']} "
+            f"kv={c['kv_cache_dtype']}  {shown}"
+        )
+        lines += [f"      fail: {r}" for r in c.get("reasons", [])[:6]]
+        lines += [f"      warn: {w}" for w in c.get("warnings", [])[:6]]
+    if section.get("selected"):
+        lines.append(f"selected: {section['selected']['serve_command']}")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
-    raise UsageError("'coherence' is not implemented yet")
+    from spark_images.coherence import GateOptions, gate_endpoint, gate_image
+
+    if not args.model:
+        raise _usage("--model", "at least one model is required", "--model ORG/NAME")
+    unknown_api = [a for a in args.api if a not in ("completions", "chat")]
+    if unknown_api:
+        raise _usage("--api", f"unknown API {', '.join(unknown_api)}", "--api completions,chat")
+    if not 0.0 <= args.min_probe_pass <= 1.0:
+        raise _usage("--min-probe-pass", f"{args.min_probe_pass} is not between 0 and 1", "--min-probe-pass 0.9")
+    if args.speed_tokens < 2:
+        raise _usage("--speed-tokens", "must be at least 2", "--speed-tokens 256")
+    opts = GateOptions(
+        health_timeout_s=args.health_timeout,
+        ab_reference=args.ab_reference.lower().replace("-", "_") if args.ab_reference else None,
+        speed_tokens=args.speed_tokens,
+        endpoints=tuple(dict.fromkeys(args.api)),
+        min_probe_pass_rate=args.min_probe_pass,
+    )
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    _sigterm_as_interrupt()
+    if args.endpoint:
+        if args.image:
+            raise _usage("IMAGE", "give either IMAGE or --endpoint, not both", "drop one of them")
+        if len(args.model) != 1:
+            raise _usage("--model", "--endpoint checks one served model", "give --model once")
+        section = gate_endpoint(args.endpoint, args.model[0], options=opts, progress=progress)
+    else:
+        if not args.image:
+            raise _usage("IMAGE", "an image is required unless --endpoint is given", "spark-images coherence REPO@sha256:... --model M")
+        gpus = None if args.gpus.lower() == "none" else args.gpus
+        section = gate_image(
+            args.image,
+            args.model,
+            args.backends,
+            args.linear_backends,
+            args.kv_cache_dtype,
+            gpus=gpus,
+            assume_gpu=args.assume_gpu,
+            options=opts,
+            serve_args=args.serve_arg,
+            env=_env(args.env),
+            volumes=_volumes(args.volume),
+            progress=progress,
+        )
+        if section["status"] == "skipped" and args.require_gpu:
+            raise EnvironmentProblem(f"coherence: {section['reason']} (--require-gpu)")
+    if args.record:
+        from spark_images.record import BuildRecord
+
+        record = BuildRecord.load(args.record) if args.record.is_file() else BuildRecord(profile="")
+        record.set("coherence", section)
+        record.save(args.record)
+    emit(args, section, _text(section))
+    return 1 if section["status"] == "failed" else 0

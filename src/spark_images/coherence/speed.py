@@ -1,0 +1,111 @@
+"""Decode speed from streamed timestamps, cross-checked with /metrics (pure).
+
+Decode tok/s = (n - 1) / (t_last - t_first): the first token carries the
+prefill, so it starts the clock instead of counting. The server's own
+counters (`vllm:generation_tokens_total`, `vllm:inter_token_latency_seconds`)
+must agree with what the client saw, or the measurement is not trusted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_SAMPLE_RE = re.compile(
+    r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"
+)
+
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+# vLLM renamed the per-token latency histogram; older servers export the first name.
+ITL_HISTOGRAMS = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+
+
+def decode_tokens_per_s(n_tokens: int, t_first: float, t_last: float) -> float | None:
+    """None when there is nothing to time (fewer than 2 tokens or no elapsed time)."""
+    if n_tokens < 2 or t_last <= t_first:
+        return None
+    return (n_tokens - 1) / (t_last - t_first)
+
+
+def median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum of each metric over its label sets (one engine, one model: a plain value)."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE_RE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        totals[m.group("name")] = totals.get(m.group("name"), 0.0) + value
+    return totals
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    ok: bool
+    detail: str
+    metrics_tokens: float | None = None
+    metrics_tokens_per_s: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "detail": self.detail,
+            "metrics_generation_tokens": self.metrics_tokens,
+            "metrics_tokens_per_s": (
+                round(self.metrics_tokens_per_s, 2) if self.metrics_tokens_per_s else None
+            ),
+        }
+
+
+def cross_check(
+    before: dict[str, float],
+    after: dict[str, float],
+    client_tokens: int,
+    client_tokens_per_s: float | None,
+    *,
+    rel_tolerance: float = 0.25,
+) -> CrossCheck:
+    """Compare the server's counters over the timed runs with the client's view."""
+    if GENERATION_TOKENS not in after:
+        return CrossCheck(False, f"/metrics has no {GENERATION_TOKENS}")
+    generated = after[GENERATION_TOKENS] - before.get(GENERATION_TOKENS, 0.0)
+    problems: list[str] = []
+    # The server may count a token or two more per request (EOS/abort bookkeeping).
+    if abs(generated - client_tokens) > max(3, 0.02 * client_tokens):
+        problems.append(f"server generated {generated:.0f} tokens, the client received {client_tokens}")
+    server_rate: float | None = None
+    for name in ITL_HISTOGRAMS:
+        s_name, c_name = f"{name}_sum", f"{name}_count"
+        if s_name in after and c_name in after:
+            d_sum = after[s_name] - before.get(s_name, 0.0)
+            d_count = after[c_name] - before.get(c_name, 0.0)
+            if d_sum > 0 and d_count > 0:
+                server_rate = d_count / d_sum
+            break
+    if server_rate is not None and client_tokens_per_s:
+        rel = abs(server_rate - client_tokens_per_s) / client_tokens_per_s
+        if rel > rel_tolerance:
+            problems.append(
+                f"server inter-token latency gives {server_rate:.1f} tok/s, "
+                f"the stream {client_tokens_per_s:.1f} tok/s"
+            )
+    if problems:
+        return CrossCheck(False, "; ".join(problems), generated, server_rate)
+    detail = f"server counted {generated:.0f} tokens"
+    if server_rate is not None:
+        detail += f", {server_rate:.1f} tok/s by inter-token latency"
+    return CrossCheck(True, detail, generated, server_rate)

@@ -1,0 +1,184 @@
+"""Combinations, verdicts, the fastest coherent pick and its serve command (pure).
+
+A combination is one model served with one MoE backend, one linear backend
+and one KV-cache dtype. It passes only if every check ran and none found a
+problem; the fastest passing one (median decode tok/s) is selected and
+written to the record with a `vllm serve` command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spark_images.coherence.signatures import normalize_backend
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Combination:
+    model: str
+    moe_backend: str = AUTO
+    linear_backend: str = AUTO
+    kv_cache_dtype: str = AUTO
+
+    def flags(self) -> list[str]:
+        """vLLM flags for this combination; `auto` is vLLM's default and is left out."""
+        out: list[str] = []
+        if self.moe_backend != AUTO:
+            out += ["--moe-backend", self.moe_backend]
+        if self.linear_backend != AUTO:
+            out += ["--linear-backend", self.linear_backend]
+        if self.kv_cache_dtype != AUTO:
+            out += ["--kv-cache-dtype", self.kv_cache_dtype]
+        return out
+
+    def label(self) -> str:
+        return (
+            f"{self.model} moe={self.moe_backend} linear={self.linear_backend} "
+            f"kv={self.kv_cache_dtype}"
+        )
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "model": self.model,
+            "moe_backend": self.moe_backend,
+            "linear_backend": self.linear_backend,
+            "kv_cache_dtype": self.kv_cache_dtype,
+        }
+
+
+def combinations(
+    models: Sequence[str],
+    moe_backends: Sequence[str],
+    linear_backends: Sequence[str] | None,
+    kv_cache_dtypes: Sequence[str],
+) -> list[Combination]:
+    """Every combination to try, in the order given.
+
+    Without linear backends each MoE backend is paired with the linear backend of
+    the same name (auto/auto, flashinfer_b12x/flashinfer_b12x, marlin/marlin): the
+    guide's order (a) auto, (b) explicit b12x, (c) forced Marlin. With them, the
+    full cross product.
+    """
+    moe = [normalize_backend(b) for b in moe_backends] or [AUTO]
+    kv = [normalize_backend(k) for k in kv_cache_dtypes] or [AUTO]
+    out: list[Combination] = []
+    for model in models:
+        if linear_backends:
+            linear = [normalize_backend(b) for b in linear_backends]
+            pairs = list(itertools.product(moe, linear))
+        else:
+            pairs = [(m, m) for m in moe]
+        for (m, lin), k in itertools.product(pairs, kv):
+            combo = Combination(model, m, lin, k)
+            if combo not in out:
+                out.append(combo)
+    return out
+
+
+def serve_argv(
+    combo: Combination, *, extra_args: Sequence[str] = (), host: str | None = None, port: int | None = None
+) -> list[str]:
+    argv = ["vllm", "serve", combo.model]
+    if host is not None:
+        argv += ["--host", host]
+    if port is not None:
+        argv += ["--port", str(port)]
+    return argv + combo.flags() + list(extra_args)
+
+
+def serve_command(combo: Combination, extra_args: Sequence[str] = ()) -> str:
+    return shlex.join(serve_argv(combo, extra_args=extra_args))
+
+
+def docker_command(
+    image: str, combo: Combination, extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> str:
+    argv = ["docker", "run", "--rm", "--gpus", "all", "--ipc", "host", "-p", "8000:8000"]
+    for key in sorted(env or {}):
+        argv += ["-e", key]  # by name: the value comes from the caller's environment
+    argv += ["--entrypoint", "vllm", image, *serve_argv(combo, extra_args=extra_args)[1:]]
+    return shlex.join(argv)
+
+
+@dataclass(frozen=True)
+class ProbeVerdict:
+    ok: bool
+    passed: int
+    total: int
+    reasons: tuple[str, ...]
+
+
+def judge_probes(
+    results: Sequence[Mapping[str, Any]], *, min_pass_rate: float, upstream_ids: Sequence[str]
+) -> ProbeVerdict:
+    """Upstream's four must all pass, and at least `min_pass_rate` of all answers.
+
+    A healthy model may fumble one of two dozen answers; a broken kernel gets
+    the easy ones wrong too.
+    """
+    total = len(results)
+    passed = sum(1 for r in results if r.get("ok"))
+    reasons: list[str] = []
+    failed_upstream = [
+        f"{r['probe']} ({r['endpoint']})" for r in results if r["probe"] in upstream_ids and not r.get("ok")
+    ]
+    if failed_upstream:
+        reasons.append("upstream known-answer probes failed: " + ", ".join(failed_upstream))
+    if total == 0:
+        reasons.append("no known-answer probe ran")
+    elif passed / total < min_pass_rate:
+        reasons.append(f"known-answer probes: {passed} of {total} passed (need {min_pass_rate:.0%})")
+    return ProbeVerdict(not reasons, passed, total, tuple(reasons))
+
+
+def select_fastest(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The passed combination with the highest median decode tok/s (first wins ties).
+
+    A passed combination whose speed could not be measured ranks below every
+    measured one.
+    """
+    best: Mapping[str, Any] | None = None
+    best_key: tuple[int, float] | None = None
+    for result in results:
+        if result.get("status") != "passed":
+            continue
+        rate = (result.get("speed") or {}).get("decode_tokens_per_s")
+        key = (1, float(rate)) if isinstance(rate, int | float) else (0, 0.0)
+        if best_key is None or key > best_key:
+            best, best_key = result, key
+    return best
+
+
+def selection(
+    image: str | None,
+    result: Mapping[str, Any],
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    combo = Combination(
+        result["model"], result["moe_backend"], result["linear_backend"], result["kv_cache_dtype"]
+    )
+    doc: dict[str, Any] = {
+        **combo.to_json(),
+        "decode_tokens_per_s": (result.get("speed") or {}).get("decode_tokens_per_s"),
+        "serve_command": serve_command(combo, extra_args),
+    }
+    if image:
+        doc["docker_command"] = docker_command(image, combo, extra_args, env)
+    return doc
+
+
+def gate_status(results: Sequence[Mapping[str, Any]], models: Sequence[str]) -> tuple[str, str]:
+    """Passed when every model has a passing combination; else failed, naming who has none."""
+    if not results:
+        return "failed", "no combination was tried"
+    missing = [m for m in models if not any(r["model"] == m and r["status"] == "passed" for r in results)]
+    if missing:
+        return "failed", "no coherent combination for " + ", ".join(missing)
+    return "passed", ""
