@@ -1,0 +1,115 @@
+"""Just enough ELF64 to find sections by name (pure, bounds-checked).
+
+Used for host shared objects (to find `.nv_fatbin` / `__nv_relfatbin`) and for
+device cubins (EM_CUDA, to read `.text.*`, `.nv.compat`, `.note.nv.tkinfo`).
+Every offset read from the file is checked against the buffer, so a truncated
+or lying file raises `ElfError`, never IndexError or a silent wrong answer.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+ELF_MAGIC = b"\x7fELF"
+EM_CUDA = 190
+_MAX_SECTIONS = 1 << 20
+
+
+class ElfError(ValueError):
+    """The bytes are not a readable ELF64 little-endian file."""
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    type: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ElfHeader:
+    osabi: int
+    abi_version: int
+    machine: int
+    flags: int
+    shoff: int
+    shentsize: int
+    shnum: int
+    shstrndx: int
+
+
+def is_elf(data: bytes | memoryview) -> bool:
+    return bytes(data[:4]) == ELF_MAGIC
+
+
+def read_header(data: bytes | memoryview) -> ElfHeader:
+    if len(data) < 64 or bytes(data[:4]) != ELF_MAGIC:
+        raise ElfError("not an ELF file (bad magic or shorter than an ELF header)")
+    if data[4] != 2 or data[5] != 1:
+        raise ElfError("not a 64-bit little-endian ELF file")
+    machine = struct.unpack_from("<H", data, 18)[0]
+    shoff = struct.unpack_from("<Q", data, 40)[0]
+    flags = struct.unpack_from("<I", data, 48)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
+    return ElfHeader(
+        osabi=data[7],
+        abi_version=data[8],
+        machine=machine,
+        flags=flags,
+        shoff=shoff,
+        shentsize=shentsize,
+        shnum=shnum,
+        shstrndx=shstrndx,
+    )
+
+
+def sections(data: bytes | memoryview, header: ElfHeader | None = None) -> list[Section]:
+    """All sections with names; [] when the section header table is stripped."""
+    hdr = header or read_header(data)
+    if hdr.shoff == 0 or hdr.shnum == 0:
+        return []
+    if hdr.shentsize < 64:
+        raise ElfError(f"section header entry size {hdr.shentsize} is smaller than 64")
+    shnum = hdr.shnum
+    if shnum > _MAX_SECTIONS:
+        raise ElfError(f"section count {shnum} is implausible")
+    end = hdr.shoff + shnum * hdr.shentsize
+    if end > len(data):
+        raise ElfError(
+            f"section header table ends at {end}, past the end of the file ({len(data)} bytes)"
+        )
+    raw: list[tuple[int, int, int, int]] = []
+    for i in range(shnum):
+        base = hdr.shoff + i * hdr.shentsize
+        name_off, sh_type = struct.unpack_from("<II", data, base)
+        offset, size = struct.unpack_from("<QQ", data, base + 24)
+        raw.append((name_off, sh_type, offset, size))
+    if hdr.shstrndx >= shnum:
+        raise ElfError(f"section name table index {hdr.shstrndx} out of range")
+    _, _, str_off, str_size = raw[hdr.shstrndx]
+    if str_off + str_size > len(data):
+        raise ElfError("section name table lies past the end of the file")
+    strtab = bytes(data[str_off : str_off + str_size])
+    out: list[Section] = []
+    for name_off, sh_type, offset, size in raw:
+        end_name = strtab.find(b"\0", name_off)
+        name = strtab[name_off:end_name if end_name >= 0 else None].decode("utf-8", "replace")
+        out.append(Section(name=name, type=sh_type, offset=offset, size=size))
+    return out
+
+
+SHT_NOBITS = 8
+
+
+def section_bytes(data: bytes | memoryview, section: Section) -> memoryview:
+    """The section's contents; ElfError when they lie past the end of the file."""
+    if section.type == SHT_NOBITS:
+        return memoryview(b"")
+    end = section.offset + section.size
+    if end > len(data):
+        raise ElfError(
+            f"section {section.name} ends at {end}, past the end of the file ({len(data)} bytes)"
+        )
+    return memoryview(data)[section.offset : end]

@@ -1,0 +1,210 @@
+"""The cubin report: per-unit classes rolled up per library and overall (pure).
+
+A unit is one fatbin of a shared object (usually one translation unit) or
+one bare `.cubin` file; bare cubins are grouped per directory into one
+"library" so that a directory of thousands of cubins reads as one line.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_images.cubins import verdict as v
+from spark_images.cubins.fatbin import BinaryScan, Entry
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One fatbin, or one bare cubin file."""
+
+    name: str
+    cls: str  # native | jit_only | missing
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+    other: tuple[str, ...] = ()  # LTO-IR and unknown kinds
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"name": self.name, "class": self.cls, "sass": list(self.sass), "ptx": list(self.ptx)}
+        if self.other:
+            doc["other"] = list(self.other)
+        return doc
+
+
+@dataclass
+class Library:
+    path: str
+    kind: str  # "shared-object" | "cubins" | "fatbin"
+    units: list[Unit] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    kernels: dict[str, set[str]] | None = None  # kernel -> targets it exists for
+    # fatbins whose (small) cubins hold no kernel: CUDA 13's device-link stub, or units
+    # with no __global__ function; nothing there can be launched, so they are not counted
+    link_stubs: int = 0
+
+    @property
+    def counts(self) -> v.Counts:
+        counts = v.Counts()
+        for unit in self.units:
+            counts = counts.add(unit.cls)
+        return counts
+
+    @property
+    def verdict(self) -> str:
+        return v.rollup(self.counts)
+
+    def targets(self, which: str) -> list[str]:
+        names: list[str] = []
+        for unit in self.units:
+            names.extend(unit.sass if which == "sass" else unit.ptx)
+        return v.sort_targets(names)
+
+    def kernel_classes(self, gpu: v.Gpu) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {v.NATIVE: [], v.JIT_ONLY: [], v.MISSING: []}
+        for name, targets in sorted((self.kernels or {}).items()):
+            out[v.classify_targets(_parse_targets(targets), gpu)].append(name)
+        return out
+
+    def to_json(self, gpu: v.Gpu) -> dict[str, Any]:
+        counts = self.counts
+        doc: dict[str, Any] = {
+            "path": self.path,
+            "kind": self.kind,
+            "fatbins": counts.units,
+            "native": counts.native,
+            "jit_only": counts.jit_only,
+            "missing": counts.missing,
+            "sass": self.targets("sass"),
+            "ptx": self.targets("ptx"),
+            "verdict": self.verdict,
+            "link_stubs": self.link_stubs,
+            # per translation unit: where a per-library target list hides a gap
+            "units": [unit.to_json() for unit in self.units],
+        }
+        if self.problems:
+            doc["unreadable"] = list(self.problems)
+        if self.kernels is not None:
+            doc["kernels"] = {k: v.sort_targets(t) for k, t in sorted(self.kernels.items())}
+            doc["kernel_classes"] = self.kernel_classes(gpu)
+        return doc
+
+
+def _parse_targets(targets: set[str]) -> list[tuple[str, int, str]]:
+    out = []
+    for target in targets:
+        prefix, _, rest = target.partition("_")
+        digits = "".join(ch for ch in rest if ch.isdigit())
+        kind = {"sm": "cubin", "compute": "ptx"}.get(prefix, prefix)
+        out.append((kind, int(digits or 0), rest[len(digits) :]))
+    return out
+
+
+def unit_from_entries(name: str, entries: tuple[Entry, ...], gpu: v.Gpu) -> Unit:
+    sass = v.sort_targets(e.target for e in entries if e.kind == "cubin")
+    ptx = v.sort_targets(e.target for e in entries if e.kind == "ptx")
+    other = v.sort_targets(e.target for e in entries if e.kind not in ("cubin", "ptx"))
+    cls = v.classify_targets(((e.kind, e.sm, e.variant) for e in entries), gpu)
+    return Unit(name=name, cls=cls, sass=tuple(sass), ptx=tuple(ptx), other=tuple(other))
+
+
+def library_from_scan(
+    path: str, scan: BinaryScan, gpu: v.Gpu, stubs: frozenset[int] = frozenset()
+) -> Library:
+    """A shared object's (or bare fatbin file's) library entry; `stubs`: offsets of link stubs."""
+    kind = "fatbin" if scan.kind == "fatbin" else "shared-object"
+    lib = Library(path=path, kind=kind, problems=list(scan.problems))
+    for fb in scan.fatbins:
+        if fb.offset in stubs:
+            lib.link_stubs += 1
+            continue
+        lib.units.append(unit_from_entries(f"{fb.section}@{fb.offset:#x}", fb.entries, gpu))
+    return lib
+
+
+def glob_matches(pattern: str, path: str) -> bool:
+    """A site-packages-relative glob ('vllm/_C*.so') against any path ending in it."""
+    pat_parts = pattern.strip("/").split("/")
+    path_parts = path.strip("/").split("/")
+    if len(path_parts) < len(pat_parts):
+        return False
+    tail = path_parts[len(path_parts) - len(pat_parts) :]
+    return all(fnmatch.fnmatchcase(p, g) for p, g in zip(tail, pat_parts, strict=True))
+
+
+@dataclass
+class CubinReport:
+    """What `spark-images cubins` found; `.verdict`, `.missing_required`, `.to_json()`."""
+
+    target: str
+    gpu: v.Gpu
+    libraries: list[Library]
+    scanned: list[str]  # every file looked at, device code or not
+    required: tuple[str, ...] = ()
+    unreadable: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def counts(self) -> v.Counts:
+        total = v.Counts()
+        for lib in self.libraries:
+            total = total + lib.counts
+        return total
+
+    @property
+    def verdict(self) -> str:
+        return v.rollup(self.counts)
+
+    @property
+    def missing_required(self) -> list[str]:
+        """One line per required glob that has no library with native code for the GPU."""
+        out: list[str] = []
+        by_path = {lib.path: lib for lib in self.libraries}
+        for pattern in self.required:
+            matched = [p for p in self.scanned if glob_matches(pattern, p)]
+            if not matched:
+                out.append(f"{pattern}: no such library in {self.target}")
+                continue
+            for path in matched:
+                lib = by_path.get(path)
+                if lib is None or lib.counts.native == 0:
+                    broken = [u["error"] for u in self.unreadable if u.get("path") == path]
+                    if broken:
+                        what = f"unreadable: {broken[0]}"
+                    else:
+                        what = "no device code" if lib is None else f"verdict {lib.verdict}"
+                    out.append(f"{path}: no native {self.gpu.name} code ({what}; required by {pattern})")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        counts = self.counts
+        doc: dict[str, Any] = {
+            "target": self.target,
+            "gpu": self.gpu.name,
+            "verdict": self.verdict,
+            "summary": {
+                "libraries": len(self.libraries),
+                "files_scanned": len(self.scanned),
+                "fatbins": counts.units,
+                "native": counts.native,
+                "jit_only": counts.jit_only,
+                "missing": counts.missing,
+            },
+            "libraries": [lib.to_json(self.gpu) for lib in self.libraries],
+            "required": list(self.required),
+            "missing_required": self.missing_required,
+            "unreadable": list(self.unreadable),
+        }
+        return doc
+
+
+def record_section(report: CubinReport) -> dict[str, Any]:
+    """The build record's `cubins` stage: failed when a required library lacks native code."""
+    doc = report.to_json()
+    missing = report.missing_required
+    status = "failed" if missing else "passed"
+    reason = "; ".join(missing) if missing else ""
+    section: dict[str, Any] = {"status": status}
+    if reason:
+        section["reason"] = reason
+    section.update(doc)
+    return section

@@ -1,0 +1,1 @@
+"""The registry room: the ONLY package that speaks the OCI distribution API."""
