@@ -6,6 +6,9 @@
 
 ########## toolchain: the digest-pinned CUDA devel base, a Python venv, nvcc checked ##########
 FROM nvidia/cuda:12.9.1-devel-ubuntu24.04@sha256:020bc241a628776338f4d4053fed4c38f6f7f3d7eb5919fecb8de313bb8ba47c AS toolchain
+# Declared in every stage so RUN steps see it: pip and Python then write hash-based
+# .pyc files and tools clamp embedded times, so two builds give one digest.
+ARG SOURCE_DATE_EPOCH
 SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
 ENV DEBIAN_FRONTEND=noninteractive \
     LANG=C.UTF-8 \
@@ -36,6 +39,7 @@ RUN test -x "$CUDA_HOME/bin/nvcc" || { echo "no nvcc at $CUDA_HOME/bin: the base
 
 ########## deps: torch, FlashInfer and CUTLASS DSL at the profile's pins ##########
 FROM toolchain AS deps
+ARG SOURCE_DATE_EPOCH
 RUN mkdir -p /tmp/spark && printf '%s\n' \
         'flashinfer-cubin==0.6.18' \
         'flashinfer-python==0.6.18' \
@@ -52,6 +56,7 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
 
 ########## vllm-build: vLLM compiled at the pinned commit for 12.1a ##########
 FROM deps AS vllm-build
+ARG SOURCE_DATE_EPOCH
 ENV TORCH_CUDA_ARCH_LIST="12.1a" \
     MAX_JOBS=8 \
     NVCC_THREADS=2 \
@@ -84,6 +89,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache \
 
 ########## runtime: the devel base (nvcc for FlashInfer JIT) with vLLM installed ##########
 FROM deps AS runtime
+ARG SOURCE_DATE_EPOCH
 COPY --from=vllm-build /tmp/spark/dist/ /tmp/spark/dist/
 RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
     if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \

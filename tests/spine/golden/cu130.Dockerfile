@@ -6,6 +6,9 @@
 
 ########## toolchain: the digest-pinned CUDA devel base, a Python venv, nvcc checked ##########
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:5dc1bca23d05bd37b011be68ec470c03b403a5da07ec3a86e41af9470e9d0cc6 AS toolchain
+# Declared in every stage so RUN steps see it: pip and Python then write hash-based
+# .pyc files and tools clamp embedded times, so two builds give one digest.
+ARG SOURCE_DATE_EPOCH
 SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
 ENV DEBIAN_FRONTEND=noninteractive \
     LANG=C.UTF-8 \
@@ -36,6 +39,7 @@ RUN test -x "$CUDA_HOME/bin/nvcc" || { echo "no nvcc at $CUDA_HOME/bin: the base
 
 ########## deps: torch, FlashInfer and CUTLASS DSL at the profile's pins ##########
 FROM toolchain AS deps
+ARG SOURCE_DATE_EPOCH
 RUN mkdir -p /tmp/spark && printf '%s\n' \
         'flashinfer-cubin==0.6.18' \
         'flashinfer-python==0.6.18' \
@@ -52,6 +56,7 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
 
 ########## runtime: the devel base (nvcc for FlashInfer JIT) with vLLM installed ##########
 FROM deps AS runtime
+ARG SOURCE_DATE_EPOCH
 # The vLLM wheel is installed by its sha256, then its remaining requirements
 # are resolved against the profile's pins.
 RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \

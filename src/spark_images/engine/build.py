@@ -1,0 +1,280 @@
+"""buildx builds: linux/arm64, reproducible OCI export, streamed progress.
+
+The one export that gives the same digest twice with the engine we target
+(26.x, containerd image store, `docker` driver) is an OCI archive written
+with `rewrite-timestamp=true` and SOURCE_DATE_EPOCH: `type=image` and
+`type=registry` refuse `rewrite-timestamp` there ("conflicts with unpack").
+So a build writes an OCI archive; `registry.push` uploads it unchanged and
+`load_oci` puts it into the local engine. The digest is read from the buildx
+metadata file (`containerimage.digest`), never from a tag.
+
+The build runs the docker CLI that python-on-whales is configured with, but
+under our own `Popen`: python-on-whales' log streamer leaves the docker child
+running when the reader is interrupted, and an interrupted build must stop
+the child before the partial archive is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import platform as host
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from python_on_whales.exceptions import DockerException
+
+from spark_images.engine import ENGINE_FIX, client, require_engine
+from spark_images.errors import EnvironmentProblem, SparkImagesError
+
+TARGET_PLATFORM = "linux/arm64"
+BINFMT_AARCH64 = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
+QEMU_FIX = (
+    "register arm64 emulation: on Debian `apt-get install qemu-user-static binfmt-support && "
+    "update-binfmts --enable qemu-aarch64` (or build on an arm64 host)"
+)
+BUILDX_FIX = "install the buildx plugin (Debian 13: `apt-get install docker-buildx`; or run .ci/engine-up.sh)"
+
+LogSink = Callable[[str], None]
+
+
+class BuildFailed(SparkImagesError):
+    """buildx ran and the build failed (a finding about the input: exit 1)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A BuildKit secret: `id` as the Dockerfile mounts it, `src` a host file."""
+
+    id: str
+    src: Path
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    context: Path
+    dockerfile: Path
+    oci_dest: Path
+    metadata_file: Path
+    image_name: str
+    source_date_epoch: int
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    secrets: tuple[Secret, ...] = ()
+    cache_from: tuple[str, ...] = ()
+    cache_to: str | None = None
+    no_cache: bool = False
+    platform: str = TARGET_PLATFORM
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    digest: str
+    config_digest: str
+    oci_archive: Path
+    metadata: dict[str, Any]
+    seconds: float
+    emulated: bool
+
+
+def cache_specs(where: str, exists: bool) -> tuple[str, str]:
+    """(cache-from, cache-to) buildx specs for a local directory or a registry ref.
+
+    A value with `type=` is passed through as written. Otherwise an existing
+    path, or one that starts like a path, is a local directory; a value whose
+    first component names a host (has a dot or a port) is a registry ref.
+    """
+    if "type=" in where:
+        return where, where
+    first = where.split("/", 1)[0]
+    looks_like_host = ("." in first or ":" in first) and first not in (".", "..")
+    if exists or where.startswith(("/", "./", "../", "~")) or not looks_like_host or "/" not in where:
+        return f"type=local,src={where}", f"type=local,dest={where},mode=max"
+    return f"type=registry,ref={where}", f"type=registry,ref={where},mode=max"
+
+
+def emulation() -> bool:
+    """True when linux/arm64 runs under qemu here; EnvironmentProblem when it cannot run."""
+    if host.machine().lower() in ("aarch64", "arm64"):
+        return False
+    try:
+        enabled = BINFMT_AARCH64.read_text().splitlines()[0].strip() == "enabled"
+    except (OSError, IndexError):
+        enabled = False
+    if not enabled:
+        raise EnvironmentProblem(
+            f"this {host.machine()} host cannot run linux/arm64 build steps: no qemu-aarch64 "
+            f"binfmt handler ({QEMU_FIX})"
+        )
+    return True
+
+
+@functools.cache
+def require_buildx() -> list[str]:
+    """The docker command prefix, once the engine and buildx both answer (else exit 2).
+
+    Checked once per process (each check is a docker CLI round trip); a
+    failure is not cached, so a later call checks again.
+    """
+    docker = require_engine()
+    try:
+        docker.buildx.version()
+    except DockerException as exc:
+        raise EnvironmentProblem(f"docker buildx does not answer ({BUILDX_FIX})") from exc
+    except FileNotFoundError as exc:
+        raise EnvironmentProblem(f"no docker command ({ENGINE_FIX})") from exc
+    return [str(part) for part in docker.client_config.docker_cmd]
+
+
+def buildx_argv(req: BuildRequest) -> list[str]:
+    """The `buildx build` arguments for a request (pure)."""
+    out = f"type=oci,dest={req.oci_dest},name={req.image_name},rewrite-timestamp=true"
+    argv = [
+        "buildx", "build", str(req.context),
+        "--file", str(req.dockerfile),
+        "--platform", req.platform,
+        "--progress", "plain",
+        # Provenance attestations carry build times and host details, which
+        # would change the digest on every build; attestation belongs to publish.
+        "--provenance", "false",
+        "--sbom", "false",
+        "--metadata-file", str(req.metadata_file),
+        "--output", out,
+    ]  # fmt: skip
+    # BuildKit reads SOURCE_DATE_EPOCH as a build argument as well as from
+    # buildx's environment; passing it explicitly keeps the request complete.
+    args = {**req.build_args, "SOURCE_DATE_EPOCH": str(req.source_date_epoch)}
+    for key in sorted(args):
+        argv += ["--build-arg", f"{key}={args[key]}"]
+    for key in sorted(req.labels):
+        argv += ["--label", f"{key}={req.labels[key]}"]
+    for secret in req.secrets:
+        argv += ["--secret", f"id={secret.id},src={secret.src}"]
+    for spec in req.cache_from:
+        argv += ["--cache-from", spec]
+    if req.cache_to:
+        argv += ["--cache-to", req.cache_to]
+    if req.no_cache:
+        argv.append("--no-cache")
+    return argv
+
+
+def _error_lines(lines: list[str]) -> str:
+    errors = [ln.strip() for ln in lines if ln.lstrip().startswith(("ERROR", "error:"))]
+    picked = errors or [ln.strip() for ln in lines[-5:] if ln.strip()]
+    return " | ".join(picked)[-1500:] or "buildx failed without a message"
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Stop a buildx child and everything it started; BuildKit cancels the solve."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def build(req: BuildRequest, on_log: LogSink | None = None) -> BuildResult:
+    """Run the build, streaming progress lines to `on_log`; return the digest.
+
+    Raises EnvironmentProblem (no engine/buildx/emulation), BuildFailed (the
+    build itself failed). On any exception, including KeyboardInterrupt, the
+    buildx child is stopped and the partial archive and metadata are removed.
+    """
+    docker_cmd = require_buildx()
+    emulated = emulation() if req.platform == TARGET_PLATFORM else False
+    for missing in [s for s in req.secrets if not Path(s.src).is_file()]:
+        raise EnvironmentProblem(f"secret {missing.id!r}: no file at {missing.src}")
+    req.oci_dest.parent.mkdir(parents=True, exist_ok=True)
+    req.metadata_file.unlink(missing_ok=True)
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(req.source_date_epoch)}
+    started = time.monotonic()
+    tail: list[str] = []
+    proc = subprocess.Popen(
+        [*docker_cmd, *buildx_argv(req)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        env=env,
+        # own process group: a Ctrl-C meant for us is handled here, once
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line.rstrip("\n"))
+            del tail[:-200]
+            if on_log is not None:
+                on_log(line.rstrip("\n"))
+        code = proc.wait()
+    except BaseException:
+        _stop(proc)
+        req.oci_dest.unlink(missing_ok=True)
+        req.metadata_file.unlink(missing_ok=True)
+        raise
+    if code != 0:
+        req.oci_dest.unlink(missing_ok=True)
+        raise BuildFailed(f"docker buildx build exited {code}: {_error_lines(tail)}")
+    try:
+        metadata = json.loads(req.metadata_file.read_text(encoding="utf-8"))
+        digest = str(metadata["containerimage.digest"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise BuildFailed(
+            f"buildx wrote no usable metadata file at {req.metadata_file} ({exc})"
+        ) from exc
+    return BuildResult(
+        digest=digest,
+        config_digest=str(metadata.get("containerimage.config.digest", "")),
+        oci_archive=req.oci_dest,
+        metadata=metadata,
+        seconds=time.monotonic() - started,
+        emulated=emulated,
+    )
+
+
+def local_image_id(name: str) -> str | None:
+    """The image ID (with the containerd store: the manifest digest) of a local image."""
+    require_buildx()
+    docker = client()
+    try:
+        return str(docker.image.inspect(name).id)
+    except DockerException:
+        return None
+
+
+def load_oci(archive: Path, name: str, digest: str) -> str:
+    """Load an OCI archive into the engine as `name`; return the local reference.
+
+    Skipped when `name` already is that digest (a no-change rebuild). With the
+    containerd image store the loaded image's ID is the manifest digest, which
+    is checked, so the local image is exactly what was built.
+    """
+    if local_image_id(name) == digest:
+        return name
+    docker = client()
+    try:
+        docker.image.load(str(archive), quiet=True)
+    except DockerException as exc:
+        raise EnvironmentProblem(f"docker load {archive} failed: {exc.stderr or exc}") from exc
+    loaded = local_image_id(name)
+    if loaded != digest:
+        raise EnvironmentProblem(
+            f"docker load gave {name} the ID {loaded}, not the built digest {digest} "
+            "(turn on the containerd image store: /etc/docker/daemon.json "
+            '{"features":{"containerd-snapshotter":true}})'
+        )
+    return name

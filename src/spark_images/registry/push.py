@@ -1,0 +1,239 @@
+"""Push an OCI image archive to a registry, byte for byte (OCI distribution API).
+
+The archive's manifest is uploaded exactly as written, so the registry's
+digest is the build's digest: blobs go up with `POST /v2/NAME/blobs/uploads/`
+then `PUT LOCATION?digest=` (skipped when `HEAD` finds them), and the
+manifest with `PUT /v2/NAME/manifests/<digest>` (and once per tag). The
+digest the registry answers with (`Docker-Content-Digest`) is checked.
+
+Requests go through `registry.client.RegistryClient` (plain HTTP to
+loopback registries, HTTPS elsewhere, bearer tokens for `pull,push`,
+retries); the registry's own answers, not ours, decide success.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import tarfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import requests
+
+from spark_images.errors import EnvironmentProblem, UsageError
+from spark_images.registry.client import (
+    ACCEPT,
+    INDEX_TYPES,
+    LOOPBACK,
+    MANIFEST_TYPES,
+    RegistryClient,
+    RegistryError,
+)
+
+UPLOAD_TRIES = 3
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Repository:
+    """HOST[:PORT]/NAME as the distribution API addresses it."""
+
+    host: str
+    name: str
+
+    @property
+    def base_url(self) -> str:
+        hostname = self.host.rsplit(":", 1)[0] if not self.host.startswith("[") else self.host
+        scheme = "http" if hostname in LOOPBACK else "https"
+        return f"{scheme}://{self.host}/v2/{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.name}"
+
+
+def parse_push_target(target: str) -> tuple[Repository, tuple[str, ...]]:
+    """`HOST/NAME[:TAG]` -> (Repository, tags). Pure; UsageError when unusable."""
+    ref = target.strip()
+    if "@" in ref:
+        raise UsageError(f"--push {target}: give a repository (HOST/NAME[:TAG]); the digest comes from the build")
+    host, sep, rest = ref.partition("/")
+    if not sep or not rest or not ("." in host or ":" in host or host == "localhost"):
+        raise UsageError(
+            f"--push {target}: name the registry host, e.g. 127.0.0.1:5000/spark-vllm or ghcr.io/OWNER/spark-vllm"
+        )
+    name, tag = rest, ""
+    last = rest.rsplit("/", 1)[-1]
+    if ":" in last:
+        name, tag = rest.rsplit(":", 1)
+        if not _TAG.match(tag):
+            raise UsageError(f"--push {target}: {tag!r} is not a valid tag")
+    if not re.match(r"^[a-z0-9]+([._/-][a-z0-9]+)*$", name) or "//" in name:
+        raise UsageError(f"--push {target}: {name!r} is not a valid repository name (lower case, / separated)")
+    return Repository(host=host, name=name), ((tag,) if tag else ())
+
+
+@dataclass(frozen=True)
+class PushResult:
+    repository: str
+    digest: str
+    tags: tuple[str, ...]
+    uploaded: tuple[str, ...]
+    present: tuple[str, ...]
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}@{self.digest}"
+
+
+class _Archive:
+    """Blobs of an OCI image layout tarball, read without unpacking it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tar = tarfile.open(path, "r:*")  # noqa: SIM115 - closed by push()
+        self.members = {m.name.lstrip("./"): m for m in self.tar.getmembers() if m.isfile()}
+
+    def read(self, name: str) -> bytes:
+        return self.open(name).read()
+
+    def open(self, name: str) -> IO[bytes]:
+        member = self.members.get(name)
+        handle = self.tar.extractfile(member) if member is not None else None
+        if handle is None:
+            raise UsageError(f"{self.path}: no {name} in the OCI archive")
+        return handle
+
+    def blob(self, digest: str) -> tuple[IO[bytes], int]:
+        algo, _, hexd = digest.partition(":")
+        name = f"blobs/{algo}/{hexd}"
+        member = self.members.get(name)
+        if member is None:
+            raise UsageError(f"{self.path}: blob {digest} is missing from the OCI archive")
+        return self.open(name), member.size
+
+
+def _manifest_descriptor(index: dict[str, Any], digest: str | None) -> dict[str, Any]:
+    manifests = [m for m in index.get("manifests", []) if isinstance(m, dict)]
+    if digest is not None:
+        manifests = [m for m in manifests if m.get("digest") == digest]
+    if len(manifests) != 1:
+        raise UsageError(
+            f"the OCI archive's index.json names {len(manifests)} matching manifests; expected one"
+        )
+    return manifests[0]
+
+
+def _client(repo: Repository, session: requests.Session | None) -> RegistryClient:
+    return RegistryClient(repo.host, repo.name, session=session)
+
+
+def _upload_blob(c: RegistryClient, digest: str, open_blob: Callable[[], tuple[IO[bytes], int]]) -> bool:
+    """Upload one blob unless present; True when it was uploaded.
+
+    The body is a stream out of the archive, which cannot be replayed: a
+    failed PUT is retried here with a fresh stream and a fresh upload session.
+    """
+    if c._request("HEAD", f"/blobs/{digest}", actions="pull,push", ok=(200, 404)).status_code == 200:
+        return False
+    for attempt in range(UPLOAD_TRIES):
+        start = c._request("POST", "/blobs/uploads/", actions="pull,push", ok=(201, 202))
+        location = start.headers.get("Location", "")
+        if not location:
+            raise EnvironmentProblem(f"registry {c.host} gave no upload location for {digest}")
+        if location.startswith("/"):
+            location = f"{c.scheme}://{c.host}{location}"
+        sep = "&" if "?" in location else "?"
+        data, size = open_blob()
+        try:
+            c._request(
+                "PUT",
+                f"{location}{sep}digest={digest}",
+                data=data,
+                headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+                actions="pull,push",
+                ok=(201, 204),
+            )
+            return True
+        except RegistryError:
+            if attempt + 1 == UPLOAD_TRIES:
+                raise
+    return True
+
+
+def _put_manifest(c: RegistryClient, ref: str, body: bytes, media_type: str, digest: str) -> None:
+    resp = c._request(
+        "PUT", f"/manifests/{ref}", data=body, headers={"Content-Type": media_type},
+        actions="pull,push", ok=(200, 201),
+    )  # fmt: skip
+    answered = resp.headers.get("Docker-Content-Digest")
+    if answered and answered != digest:
+        raise EnvironmentProblem(
+            f"registry stored manifest {ref} as {answered}, not {digest}: it rewrote the manifest"
+        )
+
+
+def _blob_digests(manifest: dict[str, Any]) -> Iterable[str]:
+    yield str(manifest["config"]["digest"])
+    for layer in manifest.get("layers", []):
+        yield str(layer["digest"])
+
+
+def push_oci_archive(
+    archive: Path,
+    target: Repository,
+    tags: Iterable[str] = (),
+    digest: str | None = None,
+    on_progress: Progress | None = None,
+    session: requests.Session | None = None,
+) -> PushResult:
+    """Upload the single manifest of an OCI archive (or the one `digest` names)."""
+    say = on_progress or (lambda _line: None)
+    c = _client(target, session)
+    oci = _Archive(archive)
+    try:
+        index = json.loads(oci.read("index.json"))
+        desc = _manifest_descriptor(index, digest)
+        want = str(desc["digest"])
+        handle, _size = oci.blob(want)
+        body = handle.read()
+        if "sha256:" + hashlib.sha256(body).hexdigest() != want:
+            raise UsageError(f"{archive}: manifest blob does not match its digest {want}")
+        media_type = str(desc.get("mediaType") or json.loads(body).get("mediaType", ""))
+        if media_type in INDEX_TYPES:
+            raise UsageError(f"{archive}: {want} is an index; push a single-platform build")
+        if media_type not in MANIFEST_TYPES:
+            raise UsageError(f"{archive}: {want} has unknown media type {media_type!r}")
+        manifest = json.loads(body)
+        uploaded: list[str] = []
+        present: list[str] = []
+        for blob in _blob_digests(manifest):
+            if _upload_blob(c, blob, functools.partial(oci.blob, blob)):
+                uploaded.append(blob)
+                say(f"pushed blob {blob} ({oci.blob(blob)[1]} bytes)")
+            else:
+                present.append(blob)
+        _put_manifest(c, want, body, media_type, want)
+        tag_list = tuple(tags)
+        for tag in tag_list:
+            _put_manifest(c, tag, body, media_type, want)
+        say(f"pushed {target}@{want}")
+        return PushResult(str(target), want, tag_list, tuple(uploaded), tuple(present))
+    finally:
+        oci.tar.close()
+
+
+def registry_digest(target: Repository, ref: str, session: requests.Session | None = None) -> str:
+    """The digest the registry reports for a tag or digest (HEAD on the manifest)."""
+    c = _client(target, session)
+    resp = c._request("HEAD", f"/manifests/{ref}", headers={"Accept": ACCEPT})
+    digest = resp.headers.get("Docker-Content-Digest", "")
+    if not digest:
+        raise EnvironmentProblem(f"registry {target.host} sent no Docker-Content-Digest for {ref}")
+    return digest

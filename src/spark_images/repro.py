@@ -1,0 +1,141 @@
+"""What differs between two builds of one plan: OCI archives compared file by file.
+
+`listing(archive)` reads an OCI image-layout tarball (as `buildx --output
+type=oci` writes it): the config and, per layer, every entry with its type,
+mode, owner, mtime, size, link target and content sha256. `differences(a, b)`
+(pure) names each layer file and config field that differs. Unlike
+`artifacts` (which yields the final file system's bytes for the cubin and
+audit scans), a reproducibility diff needs the per-layer metadata, mtimes
+above all, because that is where irreproducible builds usually differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LAYER_GZIP = ("application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.docker.image.rootfs.diff.tar.gzip")
+MAX_LINES = 200
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: str
+    mode: int
+    uid: int
+    gid: int
+    mtime: int
+    size: int
+    link: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Listing:
+    digest: str
+    config: dict[str, Any]
+    layers: tuple[tuple[str, dict[str, Entry]], ...]  # (layer digest, path -> entry)
+
+
+def _kind(info: tarfile.TarInfo) -> str:
+    if info.isdir():
+        return "dir"
+    if info.issym():
+        return "symlink"
+    if info.islnk():
+        return "hardlink"
+    return "file" if info.isfile() else "other"
+
+
+def _layer_entries(blob: Any) -> dict[str, Entry]:
+    out: dict[str, Entry] = {}
+    with tarfile.open(fileobj=blob, mode="r|*") as layer:
+        for info in layer:
+            digest = ""
+            if info.isfile():
+                handle = layer.extractfile(info)
+                h = hashlib.sha256()
+                if handle is not None:
+                    for chunk in iter(lambda: handle.read(1 << 20), b""):  # noqa: B023 - consumed at once
+                        h.update(chunk)
+                digest = h.hexdigest()
+            out[info.name.lstrip("./")] = Entry(
+                kind=_kind(info), mode=info.mode, uid=info.uid, gid=info.gid, mtime=int(info.mtime),
+                size=info.size, link=info.linkname, sha256=digest,
+            )  # fmt: skip
+    return out
+
+
+def listing(archive: Path) -> Listing:
+    """Read the single image of an OCI archive into a Listing."""
+    with tarfile.open(archive, "r:*") as tar:
+
+        def blob(digest: str) -> Any:
+            algo, _, hexd = digest.partition(":")
+            handle = tar.extractfile(f"blobs/{algo}/{hexd}")
+            if handle is None:
+                raise ValueError(f"{archive}: blob {digest} missing")
+            return handle
+
+        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        manifest_digest = str(index["manifests"][0]["digest"])
+        manifest = json.loads(blob(manifest_digest).read())
+        config = json.loads(blob(manifest["config"]["digest"]).read())
+        layers = tuple(
+            (str(layer["digest"]), _layer_entries(blob(str(layer["digest"])))) for layer in manifest["layers"]
+        )
+    return Listing(manifest_digest, config, layers)
+
+
+def _entry_diff(a: Entry, b: Entry) -> str:
+    parts = []
+    for name in ("kind", "mode", "uid", "gid", "mtime", "size", "link", "sha256"):
+        va, vb = getattr(a, name), getattr(b, name)
+        if va != vb:
+            if name == "sha256":
+                parts.append("content")
+            elif name == "mode":
+                parts.append(f"mode {va:o} != {vb:o}")
+            else:
+                parts.append(f"{name} {va} != {vb}")
+    return ", ".join(parts)
+
+
+def _config_diff(a: Any, b: Any, path: str, out: list[str]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            _config_diff(a.get(key), b.get(key), f"{path}.{key}" if path else key, out)
+    elif a != b:
+        out.append(f"config {path}: {json.dumps(a)[:80]} != {json.dumps(b)[:80]}")
+
+
+def differences(a: Listing, b: Listing) -> list[str]:
+    """One line per differing layer file or config field (pure)."""
+    out: list[str] = []
+    _config_diff(
+        {k: v for k, v in a.config.items() if k != "rootfs"},
+        {k: v for k, v in b.config.items() if k != "rootfs"},
+        "",
+        out,
+    )
+    if len(a.layers) != len(b.layers):
+        out.append(f"layer count {len(a.layers)} != {len(b.layers)}")
+    for n, ((da, ea), (db, eb)) in enumerate(zip(a.layers, b.layers, strict=False), start=1):
+        if da == db:
+            continue
+        for path in sorted(set(ea) | set(eb)):
+            if path not in eb:
+                out.append(f"layer {n}: {path}: only in the first build")
+            elif path not in ea:
+                out.append(f"layer {n}: {path}: only in the second build")
+            elif ea[path] != eb[path]:
+                out.append(f"layer {n}: {path}: {_entry_diff(ea[path], eb[path])}")
+        if not any(line.startswith(f"layer {n}:") for line in out):
+            out.append(f"layer {n}: same files, different archive bytes ({da} != {db}: order or compression)")
+    if len(out) > MAX_LINES:
+        out = [*out[:MAX_LINES], f"... and {len(out) - MAX_LINES} more"]
+    return out

@@ -1,0 +1,148 @@
+"""Helpers of the build-line tests: a CUDA test base, small wheels, a wheel server.
+
+Everything here is real: the base is the debootstrapped arm64 Debian image
+plus the real aarch64 nvcc/ptxas from PyPI's nvidia-cuda-nvcc wheel (checked
+by sha256), the wheel's library is compiled by the real nvcc, and the wheel
+is served over HTTP to the build containers on the engine's bridge gateway.
+
+One honest limit: the host's nvcc is x86_64, so the test library's host code
+is x86_64 while the image is arm64. The cubin gate reads GPU code only (the
+.nv_fatbin section), which is what it would read in a real aarch64 library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import os
+import subprocess
+import sys
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+CACHE = Path(os.environ.get("SPARK_IMAGES_CACHE", Path.home() / ".cache" / "spark-images"))
+NVCC_WHEEL = "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl"
+NVCC_WHEEL_URL = (
+    "https://files.pythonhosted.org/packages/9f/06/996d5cdc5ea45fb4a6111a1be4f0caf6556c0cb1bf9684a7252d8771797a/"
+    + NVCC_WHEEL
+)
+NVCC_WHEEL_SHA256 = "c7ff28f86a24effdc6c034fa15230c549a273e4771b10a7fec14996f8cf3307f"
+CUDA_BASE = "spark-images-test/cuda:13.0-devel-bookworm-arm64"
+TEST_COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# One SOURCE_DATE_EPOCH for every test build (no vLLM history is reachable in tests).
+TEST_EPOCH = "1767225600"  # 2026-01-01T00:00:00Z
+CLI = "import sys; from spark_images.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _download(url: str, sha256: str, dest: Path) -> Path:
+    if dest.is_file() and hashlib.sha256(dest.read_bytes()).hexdigest() == sha256:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # urllib trusts the system CA store (a TLS proxy's CA included), as pip does
+    with urllib.request.urlopen(url, timeout=300) as resp:
+        data = resp.read()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        pytest.fail(f"{url}: sha256 mismatch")
+    tmp = dest.with_suffix(".part")
+    tmp.write_bytes(data)
+    tmp.replace(dest)
+    return dest
+
+
+@dataclass(frozen=True)
+class WheelServer:
+    directory: Path
+    url: str  # as the build containers reach it
+
+
+def _bridge_gateway() -> str:
+    return _docker("network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def compile_library(nvcc: str, arch_flags: list[str], out: Path) -> Path:
+    """A shared library made by the real nvcc from data/kernel.cu."""
+    subprocess.run(
+        [nvcc, "-shared", "-Xcompiler", "-fPIC", *arch_flags, "-o", str(out), str(DATA / "kernel.cu")],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def make_vllm_wheel(out_dir: Path, library: Path, commit: str, version: str = "0.29.0") -> tuple[Path, str]:
+    """A minimal `vllm` wheel (deterministic zip): _version.py naming the commit, the library."""
+    files = {
+        "vllm/__init__.py": b"from vllm._version import __version__\n",
+        "vllm/_version.py": f"__version__ = version = '{version}'\n__commit_id__ = 'g{commit[:9]}'\n".encode(),
+        "vllm/_C.abi3.so": library.read_bytes(),
+    }
+    dist = f"vllm-{version}.dist-info"
+    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode()
+    files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: spark-images-tests\nRoot-Is-Purelib: false\nTag: py3-none-any\n"
+    record = "".join(
+        f"{name},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}\n" for name, data in files.items()
+    )
+    files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, files[name])
+    data = buf.getvalue()
+    digest = hashlib.sha256(data).hexdigest()
+    path = out_dir / f"vllm-{version}+{digest[:8]}-py3-none-any.whl"
+    path.write_bytes(data)
+    return path, digest
+
+
+def _b64(raw: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
+class LineProject:
+    """A scratch project directory the CLI runs in (profiles/, lock, build/)."""
+
+    root: Path
+    profile: Path
+    lock: Path
+    wheel_sha256: str
+
+    def run(self, *args: str, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", CLI, *args],
+            cwd=self.root,
+            env=cli_env(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, "SOURCE_DATE_EPOCH": TEST_EPOCH}
+    env.update(extra or {})
+    return env
+
+

@@ -1,0 +1,122 @@
+"""Fixtures of the build-line tests (helpers and the why: build_helpers.py)."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from build_helpers import (
+    CACHE,
+    CUDA_BASE,
+    DATA,
+    NVCC_WHEEL,
+    NVCC_WHEEL_SHA256,
+    NVCC_WHEEL_URL,
+    TEST_COMMIT,
+    LineProject,
+    WheelServer,
+    _bridge_gateway,
+    _docker,
+    _download,
+    _QuietHandler,
+    compile_library,
+    make_vllm_wheel,
+)
+
+
+@pytest.fixture(scope="session")
+def cuda_test_base(
+    arm64_base: str, pypi_reachable: None, local_registry: str, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """`REGISTRY/NAME:TAG@sha256:DIGEST` of an arm64 image with a real CUDA 13.0 nvcc/ptxas.
+
+    BuildKit (docker driver) resolves `FROM name@sha256:...` only at a
+    registry, even when the engine holds that exact image, so the base is
+    pushed to the loopback registry and pinned there by its digest: a real
+    pull by digest, as `nvidia/cuda:...@sha256:...` is on a connected host.
+    """
+    probe = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", CUDA_BASE], capture_output=True, text=True
+    )
+    if probe.returncode != 0:
+        ctx = tmp_path_factory.mktemp("cuda-base")
+        shutil.copy(_download(NVCC_WHEEL_URL, NVCC_WHEEL_SHA256, CACHE / NVCC_WHEEL), ctx / "nvcc.whl")
+        (ctx / "Dockerfile").write_text(
+            f"FROM {arm64_base}\n"
+            "RUN --mount=type=bind,source=nvcc.whl,target=/tmp/nvcc.whl \\\n"
+            "    python3 -m zipfile -e /tmp/nvcc.whl /tmp/nvcc \\\n"
+            "    && mv /tmp/nvcc/nvidia/cu13 /usr/local/cuda-13.0 && rm -rf /tmp/nvcc \\\n"
+            "    && chmod 0755 /usr/local/cuda-13.0/bin/* && ln -s cuda-13.0 /usr/local/cuda \\\n"
+            "    && /usr/local/cuda/bin/nvcc --version\n"
+        )
+        subprocess.run(
+            ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", CUDA_BASE, str(ctx)],
+            check=True,
+            capture_output=True,
+        )
+    remote = f"{local_registry}/{CUDA_BASE}"
+    _docker("tag", CUDA_BASE, remote)
+    _docker("push", "--quiet", remote)
+    resp = requests.head(
+        f"http://{local_registry}/v2/{CUDA_BASE.split(':')[0]}/manifests/{CUDA_BASE.split(':')[1]}",
+        headers={"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"},
+        timeout=30,
+    )
+    resp.raise_for_status()
+    return f"{remote}@{resp.headers['Docker-Content-Digest']}"
+
+
+@pytest.fixture(scope="session")
+def wheel_server(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WheelServer]:
+    """A plain HTTP file server the build containers reach on the bridge gateway."""
+    directory = tmp_path_factory.mktemp("wheels")
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    try:
+        yield WheelServer(directory, f"http://{_bridge_gateway()}:{port}")
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def make_project(
+    cuda_test_base: str, wheel_server: WheelServer, nvcc: str, local_registry: str, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., LineProject]:
+    """Factory: a project with one test profile, its wheel built for `arch_flags`."""
+    libs: dict[tuple[str, ...], Path] = {}
+
+    def make(name: str, arch_flags: list[str], required: list[int] | None = None) -> LineProject:
+        key = tuple(arch_flags)
+        if key not in libs:
+            libdir = tmp_path_factory.mktemp("lib")
+            libs[key] = compile_library(nvcc, arch_flags, libdir / "_C.abi3.so")
+        wheel, sha = make_vllm_wheel(wheel_server.directory, libs[key], TEST_COMMIT)
+        root = tmp_path_factory.mktemp(f"project-{name}")
+        (root / "profiles").mkdir()
+        shutil.copy(DATA / "test.requirements.lock", root / "profiles" / "test.requirements.lock")
+        text = (DATA / "profile.yaml.in").read_text()
+        for key_, value in {
+            "@NAME@": name,
+            "@COMMIT@": TEST_COMMIT,
+            "@BASE@": cuda_test_base,
+            "@WHEEL_URL@": f"{wheel_server.url}/{wheel.name}",
+            "@WHEEL_SHA256@": sha,
+            "@REQUIRED@": f"[{', '.join(str(n) for n in (required or []))}]",
+            "@REGISTRY@": local_registry,
+        }.items():
+            text = text.replace(key_, value)
+        profile = root / "profiles" / f"{name}.yaml"
+        profile.write_text(text)
+        return LineProject(root=root, profile=profile, lock=root / "images.lock.json", wheel_sha256=sha)
+
+    return make

@@ -1,0 +1,256 @@
+"""The build line on a real engine: build, push, lock; gates that fail; repro; Ctrl-C.
+
+Each test drives the `spark-images` CLI in a subprocess inside a scratch
+project (profiles/, images.lock.json, build/), against the loopback registry
+and a CUDA test base pinned there by digest (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from build_helpers import CA_BUNDLE, CLI, TEST_EPOCH, LineProject, cli_env
+
+pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.nvcc, pytest.mark.network, pytest.mark.slow]
+
+SM121 = ["-gencode=arch=compute_121a,code=sm_121a"]
+SM90 = ["-gencode=arch=compute_90,code=sm_90"]
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def _record(project: LineProject, name: str) -> dict[str, Any]:
+    return json.loads((project.root / "build" / name / "record.json").read_text())
+
+
+def _registry_digest(registry: str, repo: str, ref: str) -> str:
+    resp = requests.head(f"http://{registry}/v2/{repo}/manifests/{ref}", headers={"Accept": MANIFEST}, timeout=30)
+    resp.raise_for_status()
+    return resp.headers["Docker-Content-Digest"]
+
+
+@pytest.fixture(scope="module")
+def ca_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The host's bundle plus a CA made now: (bundle path, that CA's PEM body).
+
+    The host bundle is what lets the build reach PyPI through a TLS proxy; the
+    fresh CA is a marker no image layer could contain unless the bundle leaked.
+    """
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl unavailable to make a marker CA")
+    work = tmp_path_factory.mktemp("ca")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=spark-images test marker CA", "-keyout", str(work / "k.pem"), "-out", str(work / "c.pem")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    marker = (work / "c.pem").read_text()
+    bundle = work / "bundle.pem"
+    bundle.write_text((CA_BUNDLE.read_text() if CA_BUNDLE.is_file() else "") + marker)
+    body = "".join(line for line in marker.splitlines() if not line.startswith("-----"))
+    return bundle, body
+
+
+@pytest.fixture(scope="module")
+def passing(make_project: Callable[..., LineProject]) -> LineProject:
+    return make_project("line", SM121)
+
+
+@pytest.fixture(scope="module")
+def first_build(passing: LineProject, ca_bundle: tuple[Path, str], local_registry: str) -> subprocess.CompletedProcess[str]:
+    return passing.run(
+        "build", "profiles/line.yaml", "--push", f"{local_registry}/spark-images-test/line",
+        "--ca-cert", str(ca_bundle[0]), "--lock", str(passing.lock), "--cache", "bkcache",
+    )  # fmt: skip
+
+
+def test_build_pushes_by_digest_and_writes_the_lock(
+    first_build: subprocess.CompletedProcess[str], passing: LineProject, local_registry: str
+) -> None:
+    assert first_build.returncode == 0, first_build.stdout + first_build.stderr[-3000:]
+    record = _record(passing, "line")
+    digest = record["build"]["digest"]
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+    # the buildx metadata digest is the registry's digest of what was pushed
+    assert _registry_digest(local_registry, "spark-images-test/line", digest) == digest
+    assert record["build"]["registry_digest"] == digest
+    lock = json.loads(passing.lock.read_text())
+    entry = lock["images"]["line"]
+    assert entry["image"] == f"{local_registry}/spark-images-test/line@{digest}"
+    assert entry["digest"] == digest
+    assert entry["cubins"]["verdict"] == record["cubins"]["verdict"]
+    assert record["cubins"]["status"] == "passed"
+    assert record["coherence"]["status"] == "skipped" and "sm_121" in record["coherence"]["reason"]
+    assert entry["coherence"] == {"status": "skipped", "reason": record["coherence"]["reason"]}
+    assert entry["audit"]["status"] == record["audit"]["status"]
+    assert entry["created"] == "2026-01-01T00:00:00Z" and entry["source_date_epoch"] == int(TEST_EPOCH)
+    assert entry["arch_list"] == "12.0f" and entry["cuda_line"] == "cu130"
+    # the BuildKit cache went to the local directory given with --cache
+    assert json.loads((passing.root / "bkcache" / "index.json").read_text())["manifests"]
+    # the summary and the Markdown report name every stage
+    for stage in ("validate", "audit", "render", "build", "cubins", "coherence", "lock"):
+        assert stage in first_build.stdout
+    assert digest in (passing.root / "build" / "line" / "report.md").read_text()
+    # the local engine holds exactly the built image
+    local = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", record["build"]["local_image"]],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert local.stdout.strip() == digest
+
+
+def _layer_members(registry: str, repo: str, digest: str) -> list[tuple[str, bytes]]:
+    manifest = requests.get(
+        f"http://{registry}/v2/{repo}/manifests/{digest}", headers={"Accept": MANIFEST}, timeout=30
+    ).json()
+    out: list[tuple[str, bytes]] = []
+    for layer in manifest["layers"]:
+        blob = requests.get(f"http://{registry}/v2/{repo}/blobs/{layer['digest']}", timeout=300).content
+        raw = gzip.decompress(blob) if blob[:2] == b"\x1f\x8b" else blob
+        with tarfile.open(fileobj=__import__("io").BytesIO(raw)) as tar:
+            for info in tar:
+                data = tar.extractfile(info).read() if info.isfile() else b""  # type: ignore[union-attr]
+                out.append((info.name, data))
+    return out
+
+
+def test_ca_bundle_lands_in_no_layer(
+    first_build: subprocess.CompletedProcess[str], passing: LineProject, ca_bundle: tuple[Path, str], local_registry: str
+) -> None:
+    assert first_build.returncode == 0
+    digest = _record(passing, "line")["build"]["digest"]
+    members = _layer_members(local_registry, "spark-images-test/line", digest)
+    assert len(members) > 1000  # every layer, base included, was read
+    marker = ca_bundle[1].encode()
+    bundle = ca_bundle[0].read_bytes()
+    for name, data in members:
+        assert not name.lstrip("./").startswith("run/secrets"), name
+        assert marker[:64] not in data, f"{name} carries the CA bundle"
+        assert data != bundle, name
+
+
+def test_two_builds_without_cache_give_one_digest(
+    first_build: subprocess.CompletedProcess[str], passing: LineProject, ca_bundle: tuple[Path, str]
+) -> None:
+    assert first_build.returncode == 0
+    proc = passing.run("verify-repro", "profiles/line.yaml", "--ca-cert", str(ca_bundle[0]), "--json", "--quiet")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0, json.dumps(doc.get("differences", doc))[:3000]
+    assert doc["reproducible"] is True
+    first, second = doc["digests"]
+    assert first == second == _record(passing, "line")["build"]["digest"]
+
+
+def test_missing_sm121_code_fails_the_cubin_gate_and_leaves_the_lock(
+    make_project: Callable[..., LineProject], ca_bundle: tuple[Path, str], local_registry: str
+) -> None:
+    project = make_project("sm90", SM90)
+    project.lock.write_text('{"images": {}, "lock_version": 1}\n')
+    before = project.lock.read_bytes()
+    proc = project.run(
+        "build", "profiles/sm90.yaml", "--push", f"{local_registry}/spark-images-test/sm90",
+        "--ca-cert", str(ca_bundle[0]), "--lock", str(project.lock),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    record = _record(project, "sm90")
+    assert record["build"]["status"] == "passed"
+    assert record["cubins"]["status"] == "failed"
+    assert "vllm/_C.abi3.so" in record["cubins"]["reason"]
+    assert "coherence" not in record and "lock" not in record  # the line stopped at the gate
+    assert record["result"]["reason"].startswith("stage cubins:")
+    assert "cubins" in proc.stdout and "FAILED" in proc.stdout
+    assert project.lock.read_bytes() == before
+
+
+def test_an_unproven_required_fix_leaves_the_lock(
+    make_project: Callable[..., LineProject], ca_bundle: tuple[Path, str]
+) -> None:
+    project = make_project("needsfix", SM121, required=[40082])
+    proc = project.run("build", "profiles/needsfix.yaml", "--ca-cert", str(ca_bundle[0]), "--lock", str(project.lock))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    record = _record(project, "needsfix")
+    assert record["audit"]["status"] in ("skipped", "failed")
+    if record["audit"]["status"] == "skipped":
+        assert record["lock"]["status"] == "skipped"
+        assert "#40082" in record["lock"]["reason"]
+    assert not project.lock.exists()
+
+
+def test_dry_run_renders_and_builds_nothing(passing: LineProject) -> None:
+    proc = passing.run("build", "profiles/line.yaml", "--dry-run", "--lock", str(passing.root / "dry.lock.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert (passing.root / "build" / "line" / "context" / "Dockerfile").is_file()
+    assert "dry run" in proc.stdout
+    assert not (passing.root / "dry.lock.json").exists()
+
+
+def test_no_engine_exits_2_with_the_fix(passing: LineProject, tmp_path: Path) -> None:
+    proc = passing.run(
+        "build", "profiles/line.yaml", "--lock", str(tmp_path / "l.json"), "--build-dir", str(tmp_path / "b"),
+        env={"DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"},
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "engine" in proc.stdout and "engine-up.sh" in proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "l.json").exists()
+
+
+def _buildx_children(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "buildx" in cmdline and marker in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_interrupt_leaves_no_partial_record_or_lock(
+    make_project: Callable[..., LineProject], ca_bundle: tuple[Path, str]
+) -> None:
+    project = make_project("interrupted", SM121)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLI, "build", "profiles/interrupted.yaml", "--no-cache",
+         "--ca-cert", str(ca_bundle[0]), "--lock", str(project.lock)],
+        cwd=project.root, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 300
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if re.match(r"#\d+ \[toolchain \d/\d\] RUN ", line) or time.monotonic() > deadline:
+            break
+    assert _buildx_children(str(project.root)), "the build was not running when interrupted"
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(seen)[-2000:] + err[-2000:]
+    build_dir = project.root / "build" / "interrupted"
+    assert not (build_dir / "record.json").exists()
+    assert not project.lock.exists()
+    leftovers = [p.name for p in build_dir.iterdir() if p.name.startswith(".")]
+    assert leftovers == [], leftovers
+    time.sleep(1)
+    assert _buildx_children(str(project.root)) == []
+    assert "Traceback" not in err
+    # nothing half-written anywhere in the project
+    assert not [p for p in project.root.rglob("*.tmp")]
+    assert os.listdir(project.root / "profiles")
