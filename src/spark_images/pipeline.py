@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spark_images import atomic, lock, summary
+from spark_images import atomic, lock, reqlock, summary
 from spark_images.errors import EXIT_FINDING, EXIT_USAGE, EnvironmentProblem, SparkImagesError
 from spark_images.record import BuildRecord, stage
 
@@ -135,7 +135,7 @@ def vllm_commit_time(audit_mod: Any, commit: str, repo: Path | None) -> int | No
         return None
 
 
-INCOMPLETE_LOCK = "spark-images: incomplete"
+INCOMPLETE_LOCK = reqlock.INCOMPLETE_MARKER
 
 
 def requirements_lock_problem(rel: str | None, root: Path) -> str:
@@ -147,12 +147,8 @@ def requirements_lock_problem(rel: str | None, root: Path) -> str:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         return f"cannot read {path} ({exc.strerror}) (fix: generate it, see profiles/*.requirements.lock headers)"
-    if INCOMPLETE_LOCK in text:
-        return f"{path} is marked incomplete (fix: regenerate it as its header says, or drop the key)"
-    pinned = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("#", "--"))]
-    if not pinned:
-        return f"{path} pins no package (fix: regenerate it with --generate-hashes)"
-    return ""
+    problem = reqlock.usability_problem(text)
+    return f"{path} {problem}" if problem else ""
 
 
 def _problem_lines(exc: SparkImagesError) -> str:

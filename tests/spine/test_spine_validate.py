@@ -121,6 +121,8 @@ BROKEN: list[tuple[str, Mutation, str, str]] = [
     ("patch-missing", _set("patches", ["patches/missing.patch"]), "patches[0]", "does not exist"),
     ("patch-no-pr", _set("patches", ["patches/no-pr.patch"]), "patches[0]", "patch-no-pr"),
     ("lock-missing", _set("build.requirements_lock", "profiles/missing.lock"), "build.requirements_lock", "does not exist"),
+    ("lock-incomplete", _set("build.requirements_lock", "profiles/incomplete.lock"), "build.requirements_lock", "marked incomplete"),
+    ("lock-pin-mismatch", _set("cutlass_dsl.version", "4.6.3"), "build.requirements_lock", "lock-pin-mismatch"),
 ]
 
 # a CUDA 12.9 profile asking for a family target
@@ -134,6 +136,9 @@ def _project(tmp_path: Path, doc: dict[str, Any] | str, name: str = "broken") ->
     (tmp_path / "patches").mkdir(exist_ok=True)
     (tmp_path / "patches" / "ok.patch").write_text(PATCH_OK)
     (tmp_path / "patches" / "no-pr.patch").write_text(PATCH_NO_PR)
+    for lock in (REPO / "profiles").glob("*.requirements.lock"):
+        (tmp_path / "profiles" / lock.name).write_text(lock.read_text())
+    (tmp_path / "profiles" / "incomplete.lock").write_text("# spark-images: incomplete\n")
     path = tmp_path / "profiles" / f"{name}.yaml"
     path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -221,14 +226,14 @@ def test_patch_with_pr_header_is_accepted(tmp_path: Path, capsys: pytest.Capture
 
 def test_json_output_lists_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = copy.deepcopy(BASE_DOC)
-    doc["flashinfer"]["cubin"] = "0.6.17"
+    doc["cuda"]["arch_list"] = "12.0"
     code, out, _err = _validate(_project(tmp_path, doc), capsys, "--json")
     assert code == 1
     report = json.loads(out)
     (entry,) = report["profiles"]
     assert entry["status"] == "invalid"
-    assert [p["rule"] for p in entry["problems"]] == ["flashinfer-mismatch"]
-    assert entry["problems"][0]["field"] == "flashinfer.cubin"
+    assert [p["rule"] for p in entry["problems"]] == ["arch-bare-120"]
+    assert entry["problems"][0]["field"] == "cuda.arch_list"
 
 
 def test_missing_file_is_usage_error_without_traceback(tmp_path: Path) -> None:
@@ -260,3 +265,12 @@ def test_bad_arguments_exit_2() -> None:
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
+
+
+def test_lock_without_a_pinned_package_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = copy.deepcopy(BASE_DOC)
+    assert doc["build"].get("requirements_lock"), "the cu130 profile installs from its hash lock"
+    doc["flashinfer"]["cubin"] = doc["flashinfer"]["python"]
+    code, _out, err = _validate(_project(tmp_path, doc), capsys)
+    assert code == 0, err
+    assert "build.requirements_lock: warning:" in err and "does not install flashinfer-cubin" in err

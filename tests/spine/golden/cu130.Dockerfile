@@ -41,18 +41,14 @@ RUN test -x "$CUDA_HOME/bin/nvcc" || { echo "no nvcc at $CUDA_HOME/bin: the base
 FROM toolchain AS deps
 ARG SOURCE_DATE_EPOCH
 RUN mkdir -p /tmp/spark && printf '%s\n' \
-        'flashinfer-cubin==0.6.18' \
         'flashinfer-python==0.6.18' \
         'nvidia-cutlass-dsl==4.6.2' \
         'torch==2.13.0' \
         > /tmp/spark/constraints.txt
+COPY requirements.lock /tmp/spark/requirements.lock
 RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
     if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
-    pip install --index-url https://download.pytorch.org/whl/cu130 'torch==2.13.0' \
-    && pip install -c /tmp/spark/constraints.txt --extra-index-url https://flashinfer.ai/whl/ \
-        'flashinfer-python==0.6.18' \
-        'flashinfer-cubin==0.6.18' \
-        'nvidia-cutlass-dsl==4.6.2'
+    pip install --require-hashes --no-deps -r /tmp/spark/requirements.lock
 
 ########## runtime: the devel base (nvcc for FlashInfer JIT) with vLLM installed ##########
 FROM deps AS runtime
@@ -63,7 +59,6 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
     if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
     printf '%s\n' 'vllm @ https://files.pythonhosted.org/packages/b3/dc/de2ca88cfb6539c987bc4f6a69887deaa53eb5c4fd483e0923ca00ebd60a/vllm-0.29.0-cp38-abi3-manylinux_2_28_aarch64.whl --hash=sha256:e6b0dfc2b6fd307315e9b34b73cd2bfe7b6b08958eda721828e61732bba426b0' > /tmp/spark/vllm-wheel.txt \
     && pip install --no-deps --require-hashes -r /tmp/spark/vllm-wheel.txt \
-    && pip install -c /tmp/spark/constraints.txt 'vllm==0.29.0' \
     && rm -f /tmp/spark/vllm-wheel.txt
 # The installed vLLM must be the pinned commit (its _version.py records it).
 RUN python -c "import importlib.util, pathlib, sys; t = pathlib.Path(importlib.util.find_spec('vllm').origin).with_name('_version.py').read_text(); sys.exit(0 if 'g98dff2a81' in t else 'vllm/_version.py does not name commit 98dff2a81d747d1dba01a47f939f48c3526d4206')"
@@ -81,7 +76,7 @@ LABEL org.opencontainers.image.created="${IMAGE_CREATED}" \
     io.spark-images.cuda.version="13.0.2" \
     io.spark-images.fixes.required="38126,38423,35568,40082,41215,40923,48245" \
     io.spark-images.patches="" \
-    io.spark-images.pins="flashinfer-cubin==0.6.18,flashinfer-python==0.6.18,nvidia-cutlass-dsl==4.6.2,torch==2.13.0" \
+    io.spark-images.pins="flashinfer-python==0.6.18,nvidia-cutlass-dsl==4.6.2,torch==2.13.0" \
     io.spark-images.profile="cu130" \
     io.spark-images.strategy="wheel" \
     io.spark-images.vllm.commit="98dff2a81d747d1dba01a47f939f48c3526d4206" \

@@ -1,0 +1,50 @@
+"""Hash-pinned requirements locks beside the profiles (pure: text in, findings out).
+
+A lock is `pip install --require-hashes --no-deps -r` input: `name==version`
+lines with `--hash=sha256:` continuations. A lock whose header carries the
+INCOMPLETE marker was not generated (see its header) and must not be used.
+"""
+
+from __future__ import annotations
+
+import re
+
+INCOMPLETE_MARKER = "spark-images: incomplete"
+
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pinned_versions(text: str) -> dict[str, str]:
+    """Normalised package name -> pinned version."""
+    pins: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _PIN.match(line.strip())
+        if m:
+            pins[_normal(m.group(1))] = m.group(2)
+    return pins
+
+
+def usability_problem(text: str) -> str:
+    """Why the lock cannot be installed as it is, or ""."""
+    if INCOMPLETE_MARKER in text:
+        return "is marked incomplete (fix: regenerate it as its header says, or drop the key)"
+    if not pinned_versions(text):
+        return "pins no package (fix: regenerate it with --generate-hashes)"
+    if "--hash=sha256:" not in text:
+        return "carries no --hash=sha256: lines (fix: regenerate it with --generate-hashes)"
+    return ""
+
+
+def pin_mismatches(text: str, pins: dict[str, str]) -> list[tuple[str, str, str | None]]:
+    """(name, profile version, locked version or None) for each pin the lock does not match."""
+    locked = pinned_versions(text)
+    found: list[tuple[str, str, str | None]] = []
+    for name, version in sorted(pins.items()):
+        have = locked.get(_normal(name))
+        if have != version:
+            found.append((name, version, have))
+    return found
