@@ -288,3 +288,14 @@ def test_vllm_commit_time_comes_from_the_history(tmp_path: Path) -> None:
     sha = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert pipeline.vllm_commit_time(audit, sha, tmp_path) == 1767225600
     assert pipeline.vllm_commit_time(audit, "0" * 40, tmp_path) is None
+
+
+def test_unreachable_registry_is_an_environment_problem_not_a_finding() -> None:
+    from spark_images.engine.build import unreachable_source
+
+    pulled = (
+        'ERROR: failed to solve: nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:5dc1: failed to resolve source '
+        'metadata for docker.io/nvidia/cuda: dial tcp: lookup registry-1.docker.io: no such host'
+    )
+    assert unreachable_source(pulled)
+    assert not unreachable_source('ERROR: process "/bin/bash -c test -x /usr/local/cuda/bin/nvcc" did not complete successfully: exit code: 1')

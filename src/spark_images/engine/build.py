@@ -45,6 +45,24 @@ BUILDX_FIX = "install the buildx plugin (Debian 13: `apt-get install docker-buil
 LogSink = Callable[[str], None]
 
 
+# buildx output that means "could not fetch", not "the Dockerfile is wrong"
+_UNREACHABLE_SIGNS = (
+    "failed to resolve source metadata",
+    "no such host",
+    "dial tcp",
+    "i/o timeout",
+    "connection refused",
+    "tls: failed to verify certificate",
+    "x509: certificate signed by unknown authority",
+)
+
+
+def unreachable_source(error_text: str) -> bool:
+    """Whether a failed build's errors say a registry or index was unreachable."""
+    text = error_text.lower()
+    return any(sign in text for sign in _UNREACHABLE_SIGNS)
+
+
 class BuildFailed(SparkImagesError):
     """buildx ran and the build failed (a finding about the input: exit 1)."""
 
@@ -228,7 +246,14 @@ def build(req: BuildRequest, on_log: LogSink | None = None) -> BuildResult:
         raise
     if code != 0:
         req.oci_dest.unlink(missing_ok=True)
-        raise BuildFailed(f"docker buildx build exited {code}: {_error_lines(tail)}")
+        errors = _error_lines(tail)
+        if unreachable_source(errors):
+            raise EnvironmentProblem(
+                f"docker buildx build exited {code}: the engine cannot reach a registry or index "
+                f"the build needs: {errors} (fix: build where the pinned base image and the package "
+                "indexes are reachable, or pass --ca-cert FILE behind a TLS-intercepting proxy)"
+            )
+        raise BuildFailed(f"docker buildx build exited {code}: {errors}")
     try:
         metadata = json.loads(req.metadata_file.read_text(encoding="utf-8"))
         digest = str(metadata["containerimage.digest"])
