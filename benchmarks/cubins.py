@@ -122,17 +122,22 @@ def run_child(argv: list[str]) -> tuple[float, int, str]:
     return wall, rss, proc.stdout.decode()
 
 
-def build_image(registry: str, filler_mib: int) -> str:
-    repo = "spark-images-bench/cubins"
-    tag = f"filler-{filler_mib}"
-    ref = f"{registry}/{repo}:{tag}"
+def _already_pushed(registry: str, repo: str, tag: str) -> bool:
+    """Whether the loopback registry already holds REPO:TAG (benchmark images are built once)."""
     probe = subprocess.run(
         ["curl", "-fsS", "-o", "/dev/null", "-H",
          "Accept: application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json",
          f"http://{registry}/v2/{repo}/manifests/{tag}"],
         capture_output=True,
     )
-    if probe.returncode == 0:
+    return probe.returncode == 0
+
+
+def build_image(registry: str, filler_mib: int) -> str:
+    repo = "spark-images-bench/cubins"
+    tag = f"filler-{filler_mib}"
+    ref = f"{registry}/{repo}:{tag}"
+    if _already_pushed(registry, repo, tag):
         return ref
     with tempfile.TemporaryDirectory(prefix="cubins-bench-") as tmp:
         ctx = Path(tmp)
@@ -161,13 +166,7 @@ def build_vllm_image(registry: str, requirement: str) -> str:
     repo = "spark-images-bench/cubins"
     tag = "libs-" + wheel.filename.split("-")[1]
     ref = f"{registry}/{repo}:{tag}"
-    probe = subprocess.run(
-        ["curl", "-fsS", "-o", "/dev/null", "-H",
-         "Accept: application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json",
-         f"http://{registry}/v2/{repo}/manifests/{tag}"],
-        capture_output=True,
-    )
-    if probe.returncode == 0:
+    if _already_pushed(registry, repo, tag):
         return ref
     path = pypi.download(wheel)
     with tempfile.TemporaryDirectory(prefix="cubins-bench-") as tmp:
