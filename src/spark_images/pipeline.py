@@ -288,7 +288,7 @@ class Line:
         from spark_images.engine import build as engine_build
 
         epoch, epoch_source = source_date_epoch(
-            dict(os.environ), getattr(self.plan, "source_date_epoch", None), self.commit_time
+            dict(os.environ), self.plan.source_date_epoch, self.commit_time
         )
         secrets: tuple[engine_build.Secret, ...] = ()
         if self.opts.ca_cert is not None:

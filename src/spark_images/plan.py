@@ -69,6 +69,7 @@ class BuildPlan:
     wheel_url: str | None
     wheel_sha256: str | None
     requirements_lock: str | None
+    source_date_epoch: int | None  # a pin; else the build takes the vLLM commit time
     max_jobs: int
     nvcc_threads: int
     patches: tuple[PatchRef, ...]
@@ -177,6 +178,7 @@ def make_plan(
         wheel_url=profile.build.wheel.url if profile.build.wheel else None,
         wheel_sha256=profile.build.wheel.sha256 if profile.build.wheel else None,
         requirements_lock=profile.build.requirements_lock,
+        source_date_epoch=profile.build.source_date_epoch,
         max_jobs=profile.build.max_jobs,
         nvcc_threads=profile.build.nvcc_threads,
         patches=tuple(refs),

@@ -106,6 +106,8 @@ SPEC: dict[str, Field] = {
             "max_jobs": Field(int, check=_positive),
             "nvcc_threads": Field(int, check=_positive),
             "requirements_lock": Field(str, required=False, nullable=True, doc="hash-pinned requirements file beside the profile"),
+            "source_date_epoch": Field(int, required=False, nullable=True, check=_positive,
+                                       doc="seconds since 1970 for every timestamp in the image (default: the vLLM commit time)"),
             "system_packages": Field(list, required=False, nullable=True, items=Field(str)),
         },
     ),
@@ -187,6 +189,7 @@ class BuildSettings:
     nvcc_threads: int
     requirements_lock: str | None
     system_packages: tuple[str, ...] | None
+    source_date_epoch: int | None
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,7 @@ def _to_profile(doc: dict[str, Any], file: str) -> Profile:
             nvcc_threads=build["nvcc_threads"],
             requirements_lock=build.get("requirements_lock"),
             system_packages=tuple(packages) if packages is not None else None,
+            source_date_epoch=build.get("source_date_epoch"),
         ),
         patches=tuple(doc.get("patches") or ()),
         serve_env=tuple(sorted((str(k), str(v)) for k, v in (serve.get("env") or {}).items())),

@@ -90,6 +90,7 @@ BROKEN: list[tuple[str, Mutation, str, str]] = [
     ("max-jobs-bool", _set("build.max_jobs", True), "build.max_jobs", "expected an integer"),
     ("max-jobs-zero", _set("build.max_jobs", 0), "build.max_jobs", "at least 1"),
     ("bad-strategy", _set("build.strategy", "docker"), "build.strategy", "not one of"),
+    ("epoch-not-int", _set("build.source_date_epoch", "yesterday"), "build.source_date_epoch", "expected an integer"),
     ("fix-not-int", _set("verify.required_fixes", ["#40082"]), "verify.required_fixes[0]", "expected an integer"),
     ("wheel-sha-short", _set("build.wheel.sha256", "e6b0dfc2"), "build.wheel.sha256", "sha256"),
     ("bad-url", _set("torch.index_url", "download.pytorch.org/whl/cu130"), "torch.index_url", "URL"),
@@ -274,3 +275,12 @@ def test_lock_without_a_pinned_package_warns(tmp_path: Path, capsys: pytest.Capt
     code, _out, err = _validate(_project(tmp_path, doc), capsys)
     assert code == 0, err
     assert "build.requirements_lock: warning:" in err and "does not install flashinfer-cubin" in err
+
+
+def test_source_date_epoch_pin_reaches_the_plan(tmp_path: Path) -> None:
+    from spark_images.resolve import resolve_profile
+
+    doc = copy.deepcopy(BASE_DOC)
+    doc["build"]["source_date_epoch"] = 1757408358
+    assert resolve_profile(_project(tmp_path, doc)).plan.source_date_epoch == 1757408358
+    assert resolve_profile(REPO / "profiles" / "cu130.yaml").plan.source_date_epoch is None
