@@ -42,7 +42,7 @@ def _audit(resolved: Any, repo: Path | None) -> dict[str, Any]:
         if isinstance(exc, Finding):
             raise
         return {"status": "skipped", "reason": "; ".join(exc.lines())}
-    missing = list(report.missing_required)
+    missing = [fix.pr for fix in report.missing_required]
     doc: dict[str, Any] = {"status": "failed" if missing else "passed", "report": report.to_json()}
     if missing:
         doc["reason"] = "required fixes absent and not patched: " + ", ".join(f"#{n}" for n in missing)
@@ -59,16 +59,11 @@ def run(args: argparse.Namespace) -> int:
         entry: dict[str, Any] = {"profile": path}
         try:
             resolved = resolve_profile(path)
-        except Finding as exc:
-            entry.update(status="invalid", problems=[p.to_json() for p in exc.problems])
+        except (Finding, UsageError) as exc:
+            status = "invalid" if isinstance(exc, Finding) else "error"
+            entry.update(status=status, problems=[p.to_json() for p in exc.problems])
             problems.extend(p.line() for p in exc.problems)
-            text.append(f"{path}: invalid ({len(exc.problems)} problem(s))")
-            worst = max(worst, EXIT_FINDING)
-            results.append(entry)
-            continue
-        except UsageError as exc:
-            entry.update(status="error", problems=[p.to_json() for p in exc.problems])
-            problems.extend(p.line() for p in exc.problems)
+            text.append(f"{path}: {status} ({len(exc.problems)} problem(s))")
             worst = max(worst, exc.exit_code)
             results.append(entry)
             continue

@@ -1,0 +1,69 @@
+"""`spark-images validate` runs the required-fixes audit on real git history.
+
+The history is the vLLM-shaped repository built by audit_histories.py; the
+profile is the shipped cu130 profile with its commit moved into that history.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from audit_histories import VllmLike
+
+from spark_images.cli import main
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def _profile(tmp_path: Path, commit: str, required: list[int], patches: list[str] = ()) -> Path:
+    root = tmp_path / "project"
+    (root / "profiles").mkdir(parents=True, exist_ok=True)
+    (root / "patches").mkdir(exist_ok=True)
+    (root / "patches" / "marlin.patch").write_text("Backport-Of: vllm-project/vllm#40923\n\ndiff --git a/x b/x\n")
+    for lock in (PROJECT / "profiles").glob("*.requirements.lock"):
+        shutil.copy(lock, root / "profiles" / lock.name)
+    doc = yaml.safe_load((PROJECT / "profiles" / "cu130.yaml").read_text())
+    doc["vllm"]["commit"] = commit
+    doc["verify"]["required_fixes"] = required
+    doc["patches"] = list(patches)
+    path = root / "profiles" / "audited.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _validate(capsys: pytest.CaptureFixture[str], profile: Path, repo: Path) -> tuple[int, dict, str]:
+    code = main(["validate", "--json", "--repo", str(repo), str(profile)])
+    out, err = capsys.readouterr()
+    return code, json.loads(out), err
+
+
+def test_required_fixes_present(vllm_like: VllmLike, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = _profile(tmp_path, vllm_like.sha("p40923"), [40923, 35568])
+    code, doc, err = _validate(capsys, profile, vllm_like.path)
+    assert code == 0, err
+    (entry,) = doc["profiles"]
+    assert entry["status"] == "valid"
+    assert entry["audit"]["status"] == "passed"
+
+
+def test_required_fix_absent_exits_1_naming_the_field(vllm_like: VllmLike, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the v0.22.1 final lacks #40923 (it is only in 0.22.1rc0 on main)
+    profile = _profile(tmp_path, vllm_like.sha(vllm_like.builder.tips["releases/v0.22.1"]), [40923])
+    code, doc, err = _validate(capsys, profile, vllm_like.path)
+    assert code == 1
+    (entry,) = doc["profiles"]
+    assert entry["status"] == "invalid" and entry["audit"]["missing"] == [40923]
+    assert f"{profile}: verify.required_fixes:" in err and "#40923" in err
+
+
+def test_required_fix_patched_passes(vllm_like: VllmLike, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = _profile(
+        tmp_path, vllm_like.sha(vllm_like.builder.tips["releases/v0.22.1"]), [40923], ["patches/marlin.patch"]
+    )
+    code, doc, err = _validate(capsys, profile, vllm_like.path)
+    assert code == 0, err
+    assert doc["profiles"][0]["audit"]["status"] == "passed"
