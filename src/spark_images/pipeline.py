@@ -5,7 +5,9 @@ the line (exit 1, the record says which stage and why). An environment that
 cannot run a stage the line needs (no engine, no buildx, no arm64 emulation)
 stops it with exit 2. The record (`build/NAME/record.json`) and the Markdown
 report are written atomically at the end of every run that was not
-interrupted; the lock (`images.lock.json`) only when every gate passed.
+interrupted and got past validate (or was given --build-dir: before validate
+the profile's name is not known); the lock (`images.lock.json`) only when
+every gate passed.
 
 Which skipped stages still allow the lock (a gate that did not run is not a
 pass, and the lock says which ones did not run):
@@ -176,6 +178,11 @@ class Line:
         self.log(f"[{name}] {status}: {reason}")
         return StageStop(code)
 
+    def _fail_on(self, name: str, exc: SparkImagesError, **details: Any) -> StageStop:
+        """`_fail` for an error another room raised: its exit code decides failed (1) or error (2)."""
+        status = "failed" if exc.exit_code == EXIT_FINDING else "error"
+        return self._fail(name, status, _problem_lines(exc), exc.exit_code, **details)
+
     @property
     def build_dir(self) -> Path:
         name = self.plan.profile_name if self.plan is not None else self.opts.profile.stem
@@ -188,7 +195,7 @@ class Line:
         try:
             resolved = resolve.resolve_profile(self.opts.profile)
         except SparkImagesError as exc:
-            raise self._fail("validate", "failed", _problem_lines(exc), exc.exit_code, problems=exc.lines()) from exc
+            raise self._fail_on("validate", exc, problems=exc.lines()) from exc
         self.plan, self.profile, self.root = resolved.plan, resolved.profile, resolved.base_dir
         self.plan_doc = self.plan.to_json()
         self.record.profile = self.plan.profile_name
@@ -211,7 +218,7 @@ class Line:
             engine_build.require_buildx()
             engine_build.emulation()
         except EnvironmentProblem as exc:
-            raise self._fail("build", "error", _problem_lines(exc), EXIT_USAGE) from exc
+            raise self._fail_on("build", exc) from exc
 
     def audit(self) -> None:
         required = list(self.plan.required_fixes)
@@ -230,7 +237,7 @@ class Line:
             self._audit_skipped(_problem_lines(exc), required, from_patches)
             return
         except SparkImagesError as exc:
-            raise self._fail("audit", "failed", _problem_lines(exc), EXIT_FINDING) from exc
+            raise self._fail_on("audit", exc) from exc
         doc = _jsonable(report)
         missing = _ints(doc.get("missing_required", ()))
         included = _ints(doc.get("included", ()))
@@ -272,7 +279,7 @@ class Line:
         try:
             dockerfile, _plan_json = render_mod.write_render(self.plan, context, self.root)
         except SparkImagesError as exc:
-            raise self._fail("render", "failed", _problem_lines(exc), EXIT_FINDING) from exc
+            raise self._fail_on("render", exc) from exc
         self.timings["render"] = time.monotonic() - started
         self.record.set("render", stage("passed", dockerfile=str(dockerfile), context=str(context)))
         return context, dockerfile
@@ -342,15 +349,13 @@ class Line:
             )
         except SparkImagesError as exc:
             shutil.rmtree(work, ignore_errors=True)
-            raise self._fail("build", "error", _problem_lines(exc), exc.exit_code) from exc
+            raise self._fail_on("build", exc) from exc
         local_name = LOCAL_REPOSITORY.format(name=self.plan.profile_name)
         try:
             try:
                 result = engine_build.build(request, on_log=self.log)
-            except engine_build.BuildFailed as exc:
-                raise self._fail("build", "failed", _problem_lines(exc), EXIT_FINDING, **section) from exc
-            except EnvironmentProblem as exc:
-                raise self._fail("build", "error", _problem_lines(exc), EXIT_USAGE, **section) from exc
+            except SparkImagesError as exc:  # BuildFailed (1) or the environment (2)
+                raise self._fail_on("build", exc, **section) from exc
             section.update(
                 digest=result.digest,
                 config_digest=result.config_digest,
@@ -381,8 +386,8 @@ class Line:
                     section.update(pushed=True, registry_digest=answered, tags=list(pushed.tags))
                 else:
                     section["pushed"] = False
-            except EnvironmentProblem as exc:
-                raise self._fail("build", "error", _problem_lines(exc), EXIT_USAGE, **section) from exc
+            except SparkImagesError as exc:  # load or push: the engine, the registry, the archive
+                raise self._fail_on("build", exc, **section) from exc
             if self.opts.keep_oci:
                 kept = self.build_dir / "image.oci.tar"
                 os.replace(result.oci_archive, kept)
@@ -408,8 +413,7 @@ class Line:
 
             report = cubins_mod.scan_target(target, gpu="sm_121", required=globs)
         except SparkImagesError as exc:
-            status = "failed" if exc.exit_code == EXIT_FINDING else "error"
-            raise self._fail("cubins", status, _problem_lines(exc), exc.exit_code, target=target) from exc
+            raise self._fail_on("cubins", exc, target=target) from exc
         # the inspector's own gate: every required library carries code that
         # runs natively on sm_121 (a "partial" image-wide verdict is expected:
         # torch and friends ship code for other GPUs too)
@@ -434,7 +438,7 @@ class Line:
         path = self.build_dir / "record.json"
         try:
             old = BuildRecord.load(path).to_json()
-        except (OSError, ValueError):
+        except (OSError, SparkImagesError):
             return None
         section = old.get("cubins")
         if (
@@ -468,8 +472,7 @@ class Line:
                 )
             )  # fmt: skip
         except SparkImagesError as exc:
-            status = "failed" if exc.exit_code == EXIT_FINDING else "error"
-            raise self._fail("coherence", status, _problem_lines(exc), exc.exit_code) from exc
+            raise self._fail_on("coherence", exc) from exc
         self.record.set("coherence", section)
         if section.get("status") not in ("passed", "skipped"):
             self.log(f"[coherence] {section.get('status')}: {section.get('reason', '')}")
@@ -485,7 +488,7 @@ class Line:
         try:
             previous = lock.load_lock(self.opts.lock_path)["images"].get(self.plan.profile_name, {})
         except SparkImagesError as exc:
-            raise self._fail("lock", "failed", _problem_lines(exc), exc.exit_code) from exc
+            raise self._fail_on("lock", exc) from exc
         tags = previous.get("tags", []) if previous.get("digest") == built["digest"] else []
         entry = lock.make_entry(
             profile_path=self.plan.profile_path,
@@ -499,7 +502,14 @@ class Line:
             source_date_epoch=built["source_date_epoch"],
             tags=tags,
         )
-        lock.update_entry(self.opts.lock_path, self.plan.profile_name, entry)
+        try:
+            lock.update_entry(self.opts.lock_path, self.plan.profile_name, entry)
+        except SparkImagesError as exc:  # the lock went bad or unreadable since it was read above
+            raise self._fail_on("lock", exc) from exc
+        except OSError as exc:  # atomic: the old lock stays whole
+            raise self._fail(
+                "lock", "error", f"{self.opts.lock_path}: cannot write ({exc.strerror or exc})", EXIT_USAGE
+            ) from exc
         self.record.set("lock", stage("passed", path=str(self.opts.lock_path), image=entry["image"]))
         return True
 

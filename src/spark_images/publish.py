@@ -1,7 +1,7 @@
 """Promotion rules: which lock entries may be published, and under which tags (pure).
 
 A published tag only ever points at a digest that the lock file records and
-whose gates all passed (cubins and coherence). Two kinds of tag exist:
+whose gates all passed (audit, cubins and coherence). Two kinds of tag exist:
 
 - the moving line tag (`cu130`), which follows the newest promoted digest;
 - immutable tags (`cu130-98dff2a81-20261201`: CUDA line, short vLLM commit,

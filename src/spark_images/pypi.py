@@ -59,6 +59,8 @@ def pick_wheel(files: list[dict[str, Any]], name: str, version: str, arch: str =
     wanted = normalize(name)
     found: list[WheelFile] = []
     for item in files:
+        if not isinstance(item, dict):
+            continue  # a hostile or broken index: skip what is not a file record
         filename = str(item.get("filename", ""))
         if not filename.endswith(".whl") or item.get("yanked"):
             continue
@@ -70,11 +72,12 @@ def pick_wheel(files: list[dict[str, Any]], name: str, version: str, arch: str =
             continue
         if "linux" not in platform or not platform.endswith(arch):
             continue
-        hashes = item.get("hashes") or {}
-        size = item.get("size")
-        if not isinstance(size, int) or not isinstance(hashes.get("sha256"), str):
+        hashes = item.get("hashes")
+        sha256 = hashes.get("sha256") if isinstance(hashes, dict) else None
+        size, url = item.get("size"), item.get("url")
+        if not isinstance(size, int) or not isinstance(sha256, str) or not isinstance(url, str):
             continue
-        found.append(WheelFile(filename, str(item["url"]), size, hashes["sha256"]))
+        found.append(WheelFile(filename, url, size, sha256))
     # prefer the newest manylinux tag when several builds exist
     found.sort(key=lambda w: w.filename, reverse=True)
     return found[0] if found else None
@@ -108,6 +111,8 @@ def resolve(requirement: str, *, index_url: str = INDEX_URL, arch: str = "aarch6
         raise EnvironmentProblem(f"{requirement}: {url} answered HTTP {resp.status_code}")
     try:
         files = resp.json()["files"]
+        if not isinstance(files, list):
+            raise TypeError("files is not a list")
     except (ValueError, KeyError, TypeError) as exc:
         raise EnvironmentProblem(f"{requirement}: {url} did not answer simple-API JSON") from exc
     wheel = pick_wheel(files, name, version, arch)

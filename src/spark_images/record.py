@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from spark_images import atomic
+from spark_images.errors import Problem, UsageError
 
 StageStatus = Literal["passed", "failed", "skipped", "error"]
 STAGE_ORDER: tuple[str, ...] = ("validate", "audit", "render", "build", "cubins", "coherence", "lock")
@@ -53,4 +54,20 @@ class BuildRecord:
 
     @classmethod
     def load(cls, path: str | Path) -> BuildRecord:
-        return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+        """The record at `path`; UsageError naming the file when it is not one (OSError passes)."""
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        except ValueError as exc:  # bad UTF-8 too
+            doc, why = None, f"not JSON ({exc.__class__.__name__})"
+        else:
+            why = f"a JSON {type(doc).__name__}, not an object"
+        if not isinstance(doc, dict):
+            raise UsageError(
+                Problem(
+                    file=str(path),
+                    field="",
+                    message=f"not a build record: {why}",
+                    fix="name a record.json written by spark-images, or a path that does not exist yet",
+                )
+            )
+        return cls.from_json(doc)

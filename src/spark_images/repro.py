@@ -3,10 +3,9 @@
 `listing(archive)` reads an OCI image-layout tarball (as `buildx --output
 type=oci` writes it): the config and, per layer, every entry with its type,
 mode, owner, mtime, size, link target and content sha256. `differences(a, b)`
-(pure) names each layer file and config field that differs. Unlike
-`artifacts` (which yields the final file system's bytes for the cubin and
-audit scans), a reproducibility diff needs the per-layer metadata, mtimes
-above all, because that is where irreproducible builds usually differ.
+(pure) names each layer file and config field that differs.
+
+Not folded into `artifacts`: its tar reader yields the merged file system's names and bytes, while this diff needs each layer's own entries with mode, owner and mtime (where irreproducible builds usually differ).
 """
 
 from __future__ import annotations
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LAYER_GZIP = ("application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.docker.image.rootfs.diff.tar.gzip")
+from spark_images.errors import UsageError
+
 MAX_LINES = 200
 
 
@@ -51,6 +51,13 @@ def _kind(info: tarfile.TarInfo) -> str:
     return "file" if info.isfile() else "other"
 
 
+def _layer_path(name: str) -> str:
+    """A tar member's path without its `./` prefix; the dots of `.bashrc` stay."""
+    while name.startswith("./"):
+        name = name[2:]
+    return name.lstrip("/")
+
+
 def _layer_entries(blob: Any) -> dict[str, Entry]:
     out: dict[str, Entry] = {}
     with tarfile.open(fileobj=blob, mode="r|*") as layer:
@@ -63,7 +70,7 @@ def _layer_entries(blob: Any) -> dict[str, Entry]:
                     for chunk in iter(lambda: handle.read(1 << 20), b""):  # noqa: B023 - consumed at once
                         h.update(chunk)
                 digest = h.hexdigest()
-            out[info.name.lstrip("./")] = Entry(
+            out[_layer_path(info.name)] = Entry(
                 kind=_kind(info), mode=info.mode, uid=info.uid, gid=info.gid, mtime=int(info.mtime),
                 size=info.size, link=info.linkname, sha256=digest,
             )  # fmt: skip
@@ -71,7 +78,14 @@ def _layer_entries(blob: Any) -> dict[str, Entry]:
 
 
 def listing(archive: Path) -> Listing:
-    """Read the single image of an OCI archive into a Listing."""
+    """Read the single image of an OCI archive into a Listing (UsageError when it cannot be read)."""
+    try:
+        return _read_listing(archive)
+    except (OSError, tarfile.TarError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise UsageError(f"{archive}: not a readable OCI image archive ({exc.__class__.__name__}: {exc})") from exc
+
+
+def _read_listing(archive: Path) -> Listing:
     with tarfile.open(archive, "r:*") as tar:
 
         def blob(digest: str) -> Any:

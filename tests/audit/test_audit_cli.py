@@ -89,6 +89,7 @@ def test_check_required_api(vllm_like: VllmLike) -> None:
     assert report.to_json()["commit"] == vllm_like.sha("p40923")
     when = git(vllm_like.path, "show", "-s", "--format=%ct", vllm_like.sha("p40923")).strip()
     assert report.commit_time == int(when)  # the pipeline's SOURCE_DATE_EPOCH
+    assert report.to_json()["commit_time"] == int(when)  # and the --json document carries it
     lacking = check_required(vllm_like.sha(vllm_like.builder.tips["releases/v0.22.1"]), [40923], [], vllm_like.path)
     assert [f.pr for f in lacking.missing_required] == [40923]
 

@@ -27,6 +27,39 @@ def test_shipped_knowledge_base_covers_the_reference_prs() -> None:
     assert kb.get(39825) is not None and kb.get(39825).undone_by == (39959,)  # type: ignore[union-attr]
 
 
+# The facts sheet's "Spark-relevant PRs" table: PR -> (main commit prefix, first final
+# release where the sheet names one exactly; "" where it says "before 0.18.0" or similar).
+FACTS_TABLE = {
+    17280: ("9e5552aa1390", "0.9.2"),
+    21309: ("789562c28c14", ""),
+    22131: ("3303f134e03f", ""),
+    29242: ("e50209864", ""),
+    29711: ("c0dfc8948", ""),
+    33517: ("bc32444b2", ""),
+    38126: ("97d19197bcd0", "0.19.0"),
+    38423: ("b4a2f3ac3690", "0.20.0"),
+    39825: ("65b980896", ""),
+    35568: ("06d020bb6ef7", "0.22.0"),
+    40082: ("363fc84407f8", "0.22.0"),
+    41215: ("644b2a28e7eb", "0.22.0"),
+    40923: ("6cc8577421f2", "0.23.0"),
+    48245: ("a0c092ee72c0", ""),
+}
+
+
+def test_knowledge_base_agrees_with_the_facts_table() -> None:
+    kb = load_knowledge()
+    assert set(FACTS_TABLE) == REFERENCE_PRS
+    for pr, (commit, first) in FACTS_TABLE.items():
+        fix = kb.get(pr)
+        assert fix is not None, f"#{pr}"
+        assert (fix.main_commit, fix.first_release) == (commit, first), f"#{pr}"
+    # PRs the facts sheet gives no commit for carry none (nothing is guessed)
+    for fix in kb.fixes:
+        if fix.pr not in FACTS_TABLE:
+            assert fix.main_commit == "" and fix.first_release == "", f"#{fix.pr}"
+
+
 def test_no_value_is_cut_by_a_yaml_comment() -> None:
     # `title: fixes #123` silently becomes `fixes` in YAML; such values must be quoted
     text = resources.files("spark_images.audit").joinpath("fixes.yaml").read_text()

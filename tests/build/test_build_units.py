@@ -192,6 +192,9 @@ def test_source_date_epoch_order() -> None:
 
 
 # -- the reproducibility diff on real OCI archives ----------------------------
+LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
+
+
 def _layer(files: dict[str, tuple[bytes, int]]) -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
@@ -217,7 +220,7 @@ def _oci(path: Path, layers: list[bytes], created: str) -> Path:
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "config": {"digest": add(config), "size": len(config)},
             "layers": [
-                {"mediaType": repro.LAYER_GZIP[0], "digest": add(layer), "size": len(layer)} for layer in layers
+                {"mediaType": LAYER_MEDIA_TYPE, "digest": add(layer), "size": len(layer)} for layer in layers
             ],
         }
     ).encode()
@@ -244,6 +247,31 @@ def test_repro_differences_names_files_and_config_fields(tmp_path: Path) -> None
     assert any(line.startswith("config created:") for line in diffs)
     assert not any("layer 1" in line or "opt/same" in line for line in diffs)
     assert repro.differences(la, repro.listing(a)) == []
+
+
+def test_repro_keeps_the_leading_dot_of_hidden_files(tmp_path: Path) -> None:
+    # `./.profile` and `./profile` are two files; stripping every leading "."
+    # merged them and hid the difference in the hidden one
+    a = _oci(tmp_path / "a.tar", [_layer({"./.profile": (b"x", 0), "./profile": (b"p", 0)})], "2026-01-01")
+    b = _oci(tmp_path / "b.tar", [_layer({"./.profile": (b"y", 0), "./profile": (b"p", 0)})], "2026-01-01")
+    la, lb = repro.listing(a), repro.listing(b)
+    assert set(la.layers[0][1]) == {".profile", "profile"}
+    assert repro.differences(la, lb) == ["layer 1: .profile: content"]
+
+
+def test_repro_unreadable_archive_is_one_usage_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.tar"
+    broken.write_bytes(b"not a tar archive at all" * 40)
+    with pytest.raises(UsageError, match="not a readable OCI image archive"):
+        repro.listing(broken)
+    no_index = _oci(tmp_path / "x.tar", [], "2026-01-01")
+    with tarfile.open(no_index) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers() if m.name != "index.json"]  # type: ignore[union-attr]
+    with tarfile.open(no_index, "w") as tar:
+        for member, data in members:
+            tar.addfile(member, io.BytesIO(data))
+    with pytest.raises(UsageError, match=r"x\.tar: not a readable"):
+        repro.listing(no_index)
 
 
 def test_summary_names_the_failed_stage_and_why() -> None:
@@ -299,3 +327,21 @@ def test_unreachable_registry_is_an_environment_problem_not_a_finding() -> None:
     )
     assert unreachable_source(pulled)
     assert not unreachable_source('ERROR: process "/bin/bash -c test -x /usr/local/cuda/bin/nvcc" did not complete successfully: exit code: 1')
+
+
+def test_a_usage_error_in_a_stage_is_exit_2_not_a_finding(tmp_path: Path) -> None:
+    # a --vllm-repo that does not exist is the caller's mistake (exit 2), not a
+    # finding about the image (exit 1); the record still says which stage and why
+    root = Path(__file__).resolve().parents[2]
+    opts = pipeline.BuildOptions(
+        profile=root / "profiles" / "cu130.yaml", dry_run=True, vllm_repo=tmp_path / "missing",
+        build_dir=tmp_path / "build", lock_path=tmp_path / "images.lock.json",
+    )  # fmt: skip
+    lines: list[str] = []
+    outcome = pipeline.run_build(opts, lines.append)
+    assert outcome.exit_code == 2
+    audit = outcome.record.sections["audit"]
+    assert audit["status"] == "error" and "missing" in audit["reason"]
+    assert outcome.record.sections["result"]["reason"].startswith("stage audit:")
+    assert outcome.record_path is not None and outcome.record_path.is_file()
+    assert not outcome.lock_written and not (tmp_path / "images.lock.json").exists()

@@ -60,7 +60,7 @@ def test_gate_picks_the_fastest_coherent_backend(fake_vllm_image: str) -> None:
         "vllm serve org/moe-nvfp4 --moe-backend flashinfer_b12x --linear-backend flashinfer_b12x"
     )
     assert fake_vllm_image in selected["docker_command"]
-    assert leftover_containers() == []
+    assert leftover_containers(owner=os.getpid()) == []
 
 
 def test_garbage_mismatch_and_silent_exit_in_containers(fake_vllm_image: str) -> None:
@@ -94,7 +94,7 @@ def test_garbage_mismatch_and_silent_exit_in_containers(fake_vllm_image: str) ->
 
     assert section["status"] == "passed"
     assert section["selected"]["moe_backend"] == "cutlass"
-    assert leftover_containers() == []
+    assert leftover_containers(owner=os.getpid()) == []
 
 
 def test_ctrl_c_removes_the_container(fake_vllm_image: str) -> None:
@@ -104,10 +104,11 @@ def test_ctrl_c_removes_the_container(fake_vllm_image: str) -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not leftover_containers() and time.monotonic() < deadline:
+        # only the containers this gate process started: other gates may share the engine
+        while not leftover_containers(owner=proc.pid) and time.monotonic() < deadline:
             time.sleep(0.3)
-        assert leftover_containers(), "the gate never started its container"
-        name = leftover_containers()[0]
+        assert leftover_containers(owner=proc.pid), "the gate never started its container"
+        name = leftover_containers(owner=proc.pid)[0]
         bindings = subprocess.run(
             ["docker", "inspect", "--format", "{{json .HostConfig.PortBindings}}", name],
             capture_output=True, text=True, check=True,
@@ -122,7 +123,7 @@ def test_ctrl_c_removes_the_container(fake_vllm_image: str) -> None:
             proc.wait()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
-    assert leftover_containers() == []
+    assert leftover_containers(owner=proc.pid) == []
 
 
 def test_no_spark_gpu_is_skipped_never_passed() -> None:
@@ -142,4 +143,4 @@ def test_image_without_a_vllm_entrypoint_fails_its_combination(arm64_base: str) 
     assert section["status"] == "failed"
     (combo,) = section["combinations"]
     assert "executable file not found" in combo["reasons"][0]
-    assert leftover_containers() == []
+    assert leftover_containers(owner=os.getpid()) == []

@@ -118,3 +118,18 @@ def test_cli_endpoint_json_and_exit_codes(run_fake: Fake, capsys: pytest.Capture
                    "--health-timeout", "15"])  # fmt: skip
     out = capsys.readouterr()
     assert rc == 1 and "/v1/models lists ['test/model']" in out.out
+
+
+def test_base_model_without_chat_template_passes_on_completions_only(run_fake: Fake) -> None:
+    """`--api completions` checks a base model: no request may need a chat template."""
+    opts = GateOptions(
+        health_timeout_s=15, health_poll_s=0.1, request_timeout_s=30, speed_tokens=32, open_max_tokens=120,
+        endpoints=("completions",),
+    )
+    with run_fake("coherent", toks="400", FAKE_VLLM_NO_CHAT_TEMPLATE="1") as url:
+        section = gate_endpoint(url, "test/model", options=opts)
+        with pytest.raises(Exception, match="chat template"):  # the stand-in really refuses chat
+            OpenAIClient(url, "test/model").chat("Hello", 3)
+    combo = section["combinations"][0]
+    assert section["status"] == "passed", combo["reasons"]
+    assert {r.split("/")[-1] for r in combo["probes"]["answers"]} == {"completions"}

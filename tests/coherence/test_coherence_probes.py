@@ -98,5 +98,39 @@ def test_stand_in_coherent_answers_pass_and_wrong_ones_fail(fake_vllm: ModuleTyp
             chat = endpoint == "chat"
             good = fake_vllm.known_answer(probe.prompt_for(endpoint), chat, wrong=False)
             bad = fake_vllm.known_answer(probe.prompt_for(endpoint), chat, wrong=True)
-            assert probe.checker.check(good, endpoint).ok, (probe.id, endpoint, good)
-            assert not probe.checker.check(bad, endpoint).ok, (probe.id, endpoint, bad)
+            assert probe.judge(good, endpoint).ok, (probe.id, endpoint, good)
+            assert not probe.judge(bad, endpoint).ok, (probe.id, endpoint, bad)
+
+
+@pytest.mark.parametrize(
+    ("probe_id", "answer"),
+    [
+        ("spider-legs", "Spiders have eight legs, arranged in 4 pairs."),
+        ("freezing-point", "Water freezes at 0 °C (32 °F)."),
+        ("mul-37-24", "888 (37 × 24)"),
+        ("sub-10-5", "10 - 5 = 5"),
+        ("add-2-2", "4"),
+    ],
+)
+def test_chat_number_first_stated_before_an_aside_passes(probe_id: str, answer: str) -> None:
+    """The answer comes first; a trailing aside (units, operands, pairs) is not the answer."""
+    probe = next(p for p in probes.probe_set() if p.id == probe_id)
+    assert probe.judge(answer, "chat").ok, probe.judge(answer, "chat").detail
+
+
+@pytest.mark.parametrize(
+    ("probe_id", "endpoint", "answer"),
+    [
+        ("capital-france", "completions", " Paris" * 15),
+        ("add-2-2", "chat", ", ".join(["4"] * 20)),
+        ("add-2-2", "completions", " 4" + "!" * 15),
+        ("capital-france", "chat", "Paris<|im_end|><|im_end|><|im_end|>"),
+        ("capital-france", "chat", "Paris 巴黎 パリ 파리 Париж"),
+    ],
+)
+def test_degenerate_answer_holding_the_right_token_fails(probe_id: str, endpoint: probes.Endpoint, answer: str) -> None:
+    probe = next(p for p in probes.probe_set() if p.id == probe_id)
+    assert probe.checker.check(answer, endpoint).ok  # the bare checker is fooled...
+    judged = probe.judge(answer, endpoint)
+    assert not judged.ok  # ...the probe's judgement is not
+    assert "degenerate" in judged.detail

@@ -97,3 +97,13 @@ def test_metric_helpers() -> None:
     assert scoring.compression_ratio("ab" * 500) < 0.05
     assert scoring.max_periodic_chars("xxhandlehandlehandleyy")[1] in ("handle", "andleh", "ndleha")
     assert scoring.special_tokens("a <|im_end|> b </s>") == ["<|im_end|>", "</s>"]
+
+
+def test_two_tokens_then_eos_fails_the_open_prompt() -> None:
+    """A one-line answer is fine for a question, not for the paragraph the open prompt asks for."""
+    from spark_images.coherence.probes import OPEN_THRESHOLDS
+
+    assert scoring.score_text("The end.", ["The", " end."]).ok  # as a short answer: fine
+    report = scoring.score_text("The end.", ["The", " end."], thresholds=OPEN_THRESHOLDS)
+    assert "2-token answer" in report.issues
+    assert scoring.score_text(FLUENT, thresholds=OPEN_THRESHOLDS).ok

@@ -161,3 +161,12 @@ def test_require_flag_and_the_pipeline_api(fixture_bins: Path, tmp_path: Path) -
 
     section = record_section(report)
     assert section["status"] == "failed" and section["verdict"] == "partial"
+
+
+def test_required_bare_cubins_are_judged_one_by_one(fixture_bins: Path) -> None:
+    report = scan_target(str(fixture_bins), required=("cubins/k_sm120f.cubin", "cubins/k_sm90.cubin"))
+    assert report.missing_required == [
+        "cubins/k_sm90.cubin: no native sm_121 code (verdict missing; required by cubins/k_sm90.cubin)"
+    ]
+    lone = scan_target(str(fixture_bins / "cubins" / "k_sm121a.cubin"), required=("k_sm121a.cubin",))
+    assert lone.missing_required == []

@@ -26,7 +26,9 @@ crash-cutlass-fp4, crash-no-kernel, crash-ptxas, crash-fp8-cutlass,
 crash-concurrency, crash-exit.
 Other knobs (env): FAKE_VLLM_TOKS_PER_S (number or per-backend map),
 FAKE_VLLM_STARTUP_S (default 3), FAKE_VLLM_REASONING=1 (a reasoning model:
-thinks unless `chat_template_kwargs.enable_thinking` is false).
+thinks unless `chat_template_kwargs.enable_thinking` is false),
+FAKE_VLLM_NO_CHAT_TEMPLATE=1 (a base model: chat requests answer 400, as vLLM
+does when the tokenizer defines no chat template).
 """
 
 from __future__ import annotations
@@ -426,6 +428,10 @@ class Handler(BaseHTTPRequestHandler):
             self._error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError", "model")
             return
         chat = self.path.endswith("chat/completions")
+        if chat and os.environ.get("FAKE_VLLM_NO_CHAT_TEMPLATE") == "1":
+            self._error(400, "As of transformers v4.44, default chat template is no longer allowed, so you "
+                        "must provide a chat template if the tokenizer does not define one.", "BadRequestError")
+            return
         if chat:
             msgs = body.get("messages") or []
             prompt = "\n".join(str(m.get("content", "")) for m in msgs)

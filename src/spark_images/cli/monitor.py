@@ -23,7 +23,7 @@ from typing import Any
 from spark_images import atomic
 from spark_images import monitor as rules
 from spark_images.cli._common import add_json_flag, emit
-from spark_images.errors import EnvironmentProblem, Finding, Problem, SparkImagesError, UsageError
+from spark_images.errors import EnvironmentProblem, Finding, Problem, UsageError
 from spark_images.profiles import load_profile
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -140,21 +140,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def standalone(argv: Sequence[str] | None = None) -> int:
-    """`python -m spark_images.cli.monitor`: the subcommand without the dispatcher."""
-    from spark_images.cli import _Parser
+    """`python -m spark_images.cli.monitor`: the subcommand through the one dispatcher
+    (so its errors, --json error document and exit codes are those of `spark-images monitor`)."""
+    from spark_images.cli import main
 
-    parser = _Parser(prog="spark-images")
-    register(parser.add_subparsers(dest="command", parser_class=_Parser))
-    args = parser.parse_args(["monitor", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return run(args)
-    except SparkImagesError as exc:
-        if args.json:
-            print(json.dumps({"error": exc.__class__.__name__, "exit_code": exc.exit_code,
-                              "problems": [p.to_json() for p in exc.problems]}, indent=2, sort_keys=True))
-        for line in exc.lines():
-            print(f"spark-images monitor: {line}", file=sys.stderr)
-        return exc.exit_code
+    return main(["monitor", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":  # pragma: no cover

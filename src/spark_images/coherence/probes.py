@@ -17,8 +17,11 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
+
+from spark_images.coherence import scoring
 
 Endpoint = Literal["completions", "chat"]
 
@@ -70,11 +73,14 @@ class ExpectNumber:
 
     A completion continues right after `=` / `is`, so its first number is the
     answer. A chat reply may restate the question ("37 * 24 = 888"), so the
-    candidates are the numbers it states (after `=`, `is`, `:`) and its last
-    number; the question's own operands are never mistaken for the answer.
+    candidates are the numbers it states (after `=`, `is`, `:`), its last
+    number, and its first number once a restated `operands` prefix is skipped
+    ("888 (37 * 24)", "Spiders have eight legs, in 4 pairs"); the question's
+    own operands are never mistaken for the answer.
     """
 
     value: float
+    operands: tuple[float, ...] = ()
 
     def describe(self) -> str:
         return f"the number {_fmt(self.value)}"
@@ -86,10 +92,12 @@ class ExpectNumber:
         if endpoint == "completions":
             candidates = [found[0][1]]
         else:
+            values = [v for _, v in found]
+            echoed = len(self.operands) if values[: len(self.operands)] == list(self.operands) else 0
             candidates = [found[-1][1]]
             candidates += [v for pos, v in found if _STATED_RE.search(answer[:pos])]
-            if len(found) == 1:
-                candidates.append(found[0][1])
+            if echoed < len(values):
+                candidates.append(values[echoed])
         if self.value in candidates:
             return CheckResult(True, f"states {_fmt(self.value)}")
         shown = ", ".join(_fmt(v) for v in dict.fromkeys(candidates))
@@ -194,6 +202,23 @@ class Probe:
     def max_tokens_for(self, endpoint: Endpoint) -> int:
         return self.max_tokens if endpoint == "completions" else self.chat_max_tokens
 
+    def judge(self, answer: str, endpoint: Endpoint, expected_scripts: Sequence[str] = ("LATIN",)) -> CheckResult:
+        """The checker's verdict, refused when the answer is degenerate: a loop
+        that happens to hold the right word (`Paris Paris Paris ...`), `4!!!!`,
+        leaked special tokens, token soup."""
+        checked = self.checker.check(answer, endpoint)
+        if not checked.ok:
+            return checked
+        shape = scoring.score_text(answer, expected_scripts=expected_scripts, thresholds=PROBE_THRESHOLDS)
+        if shape.ok:
+            return checked
+        return CheckResult(False, f"{checked.detail}, but degenerate: {'; '.join(shape.issues)}")
+
+
+# Probe answers are short and may be one token ("4"), so only the shape metrics
+# that a short answer can trip (loops, runs, leaks, soup) decide here.
+PROBE_THRESHOLDS = scoring.Thresholds(min_tokens=1)
+
 
 _BRIEF = " Answer briefly."
 _NUMBER_ONLY = " Reply with the number only."
@@ -218,7 +243,7 @@ def probe_set(seed: int = 1234) -> tuple[Probe, ...]:
             ExpectWord(("Paris",)),
             upstream=True,
         ),
-        Probe("add-2-2", "2 + 2 =", "What is 2 + 2?" + _NUMBER_ONLY, ExpectNumber(4), upstream=True),
+        Probe("add-2-2", "2 + 2 =", "What is 2 + 2?" + _NUMBER_ONLY, ExpectNumber(4, (2, 2)), upstream=True),
         Probe(
             "freezing-point",
             "The freezing point of water in degrees Celsius is",
@@ -226,11 +251,11 @@ def probe_set(seed: int = 1234) -> tuple[Probe, ...]:
             ExpectNumber(0),
             upstream=True,
         ),
-        Probe("sub-10-5", "10 - 5 =", "What is 10 - 5?" + _NUMBER_ONLY, ExpectNumber(5), upstream=True),
-        Probe("mul-37-24", "37 * 24 =", "What is 37 * 24?" + _NUMBER_ONLY, ExpectNumber(888)),
+        Probe("sub-10-5", "10 - 5 =", "What is 10 - 5?" + _NUMBER_ONLY, ExpectNumber(5, (10, 5)), upstream=True),
+        Probe("mul-37-24", "37 * 24 =", "What is 37 * 24?" + _NUMBER_ONLY, ExpectNumber(888, (37, 24))),
         Probe(
             "add-1234-5678", "1234 + 5678 =", "What is 1234 + 5678?" + _NUMBER_ONLY,
-            ExpectNumber(6912),
+            ExpectNumber(6912, (1234, 5678)),
         ),
         Probe(
             "count-1-10",
@@ -293,6 +318,9 @@ OPEN_PROMPT = (
     "Write a short, friendly paragraph that explains to a new student how a bicycle works: "
     "the pedals, the chain, the gears and the brakes."
 )
+# A paragraph takes dozens of tokens: one or two then EOS is a failure class of its own
+# (reference: "empty output, or one or two tokens then EOS"), so the open prompt asks for more.
+OPEN_THRESHOLDS = scoring.Thresholds(min_tokens=16)
 # The concurrency probe: a prompt whose greedy continuation is long and specific.
 CONCURRENCY_PROMPT = "Here is a detailed description of how a steam engine works:"
 # The speed probe (ignore_eos keeps it generating for the fixed length).

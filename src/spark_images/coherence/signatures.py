@@ -174,7 +174,8 @@ _MOE_RE = re.compile(r"Using '?([A-Za-z0-9_]+)'? (\w+) MoE backend out of potent
 # `Selected FlashInferB12xNvFp4LinearKernel for ModelOptNvFp4LinearMethod` (the kernel oracle),
 # `Using FlashInferCutlassNvFp4LinearKernel for NVFP4 GEMM` (the same choice, other releases).
 _LINEAR_RE = re.compile(r"(?:Selected|Using) (\w+Kernel) for (\w+(?: GEMM)?)")
-_MARLIN_FALLBACK_RE = re.compile(r"does not have native support for FP4 computation", re.I)
+# the degraded `marlin-fp4-fallback` signature's own pattern (one text, one place)
+_MARLIN_FALLBACK_RE = next(s.pattern for s in SIGNATURES if s.name == "marlin-fp4-fallback")
 
 # Kernel class name prefixes -> the `--linear-backend` value that selects them. Longest
 # prefixes first, so FlashInferB12x is not read as FlashInfer + something.

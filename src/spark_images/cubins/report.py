@@ -8,6 +8,8 @@ one bare `.cubin` file; bare cubins are grouped per directory into one
 from __future__ import annotations
 
 import fnmatch
+import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +56,13 @@ class Library:
     def verdict(self) -> str:
         return v.rollup(self.counts)
 
+    def add_kernels(self, names: Iterable[str], target: str) -> None:
+        """Record that `names` exist for `target`; the first call switches the listing on."""
+        if self.kernels is None:
+            self.kernels = {}
+        for name in names:
+            self.kernels.setdefault(name, set()).add(target)
+
     def targets(self, which: str) -> list[str]:
         names: list[str] = []
         for unit in self.units:
@@ -63,7 +72,7 @@ class Library:
     def kernel_classes(self, gpu: v.Gpu) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {v.NATIVE: [], v.JIT_ONLY: [], v.MISSING: []}
         for name, targets in sorted((self.kernels or {}).items()):
-            out[v.classify_targets(_parse_targets(targets), gpu)].append(name)
+            out[v.classify_targets(map(v.split_target, targets), gpu)].append(name)
         return out
 
     def to_json(self, gpu: v.Gpu) -> dict[str, Any]:
@@ -88,16 +97,6 @@ class Library:
             doc["kernels"] = {k: v.sort_targets(t) for k, t in sorted(self.kernels.items())}
             doc["kernel_classes"] = self.kernel_classes(gpu)
         return doc
-
-
-def _parse_targets(targets: set[str]) -> list[tuple[str, int, str]]:
-    out = []
-    for target in targets:
-        prefix, _, rest = target.partition("_")
-        digits = "".join(ch for ch in rest if ch.isdigit())
-        kind = {"sm": "cubin", "compute": "ptx"}.get(prefix, prefix)
-        out.append((kind, int(digits or 0), rest[len(digits) :]))
-    return out
 
 
 def unit_from_entries(name: str, entries: tuple[Entry, ...], gpu: v.Gpu) -> Unit:
@@ -130,6 +129,23 @@ def glob_matches(pattern: str, path: str) -> bool:
         return False
     tail = path_parts[len(path_parts) - len(pat_parts) :]
     return all(fnmatch.fnmatchcase(p, g) for p, g in zip(tail, pat_parts, strict=True))
+
+
+def _counts_of(path: str, by_path: dict[str, Library]) -> v.Counts | None:
+    """Unit counts of the file at `path`: its library, or its own unit in a cubins directory."""
+    lib = by_path.get(path)
+    if lib is not None and lib.kind != "cubins":
+        return lib.counts
+    # bare cubins are grouped under their directory (a lone cubin target under itself)
+    group = by_path.get(posixpath.dirname(path) or path)
+    if group is None or group.kind != "cubins":
+        return None
+    name = posixpath.basename(path)
+    counts = v.Counts()
+    for unit in group.units:
+        if unit.name == name:
+            counts = counts.add(unit.cls)
+    return counts if counts.units else None
 
 
 @dataclass
@@ -165,13 +181,13 @@ class CubinReport:
                 out.append(f"{pattern}: no such library in {self.target}")
                 continue
             for path in matched:
-                lib = by_path.get(path)
-                if lib is None or lib.counts.native == 0:
+                counts = _counts_of(path, by_path)
+                if counts is None or counts.native == 0:
                     broken = [u["error"] for u in self.unreadable if u.get("path") == path]
                     if broken:
                         what = f"unreadable: {broken[0]}"
                     else:
-                        what = "no device code" if lib is None else f"verdict {lib.verdict}"
+                        what = "no device code" if counts is None else f"verdict {v.rollup(counts)}"
                     out.append(f"{path}: no native {self.gpu.name} code ({what}; required by {pattern})")
         return out
 

@@ -39,17 +39,13 @@ def is_candidate(path: str) -> bool:
 
 
 def _add_kernels(lib: Library, data: Buffer, scan_fatbins: Sequence[Fatbin]) -> None:
-    kernels: dict[str, set[str]] = lib.kernels if lib.kernels is not None else {}
+    lib.add_kernels((), "")  # listed (possibly empty) even when no entry can be read
     for fb in scan_fatbins:
         for entry in fb.entries:
             try:
-                names = entry_kernels(data, entry)
+                lib.add_kernels(entry_kernels(data, entry), entry.target)
             except PayloadError as exc:
                 lib.problems.append(f"{fb.section}@{fb.offset:#x}: {exc}")
-                continue
-            for name in names:
-                kernels.setdefault(name, set()).add(entry.target)
-    lib.kernels = kernels
 
 
 def scan_target(
@@ -95,10 +91,7 @@ def scan_target(
             cls = v.classify_targets([("cubin", info.sm, info.variant)], the_gpu)
             lib.units.append(Unit(name=name, cls=cls, sass=(info.target,), ptx=()))
             if kernels:
-                bucket = lib.kernels if lib.kernels is not None else {}
-                for kernel in info.kernels:
-                    bucket.setdefault(kernel, set()).add(info.target)
-                lib.kernels = bucket
+                lib.add_kernels(info.kernels, info.target)
             continue
         if not result.fatbins and not result.problems:
             continue  # a host library without device code

@@ -128,19 +128,21 @@ def rollup(counts: Counts) -> str:
     return V_MISSING
 
 
-def kernel_class(targets: Iterable[tuple[str, int, str]], gpu: Gpu) -> str:
-    """Class of one kernel from the entries it appears in (same rules as a unit)."""
-    return classify_targets(targets, gpu)
+def split_target(name: str) -> tuple[str, int, str]:
+    """'sm_120f' -> ('cubin', 120, 'f'); 'compute_80' -> ('ptx', 80, ''); other prefixes kept."""
+    prefix, _, rest = name.partition("_")
+    digits = "".join(ch for ch in rest if ch.isdigit())
+    kind = {"sm": "cubin", "compute": "ptx"}.get(prefix, prefix)
+    return kind, int(digits or 0), rest[len(digits) :]
 
 
 def sort_targets(names: Iterable[str]) -> list[str]:
     """sm_90 < sm_120 < sm_120a < sm_120f < compute_80; numbers compared as numbers."""
 
-    rank = {"sm": 0, "compute": 1, "lto": 2}
+    rank = {"cubin": 0, "ptx": 1, "lto": 2}
 
     def key(name: str) -> tuple[int, str, int, str]:
-        prefix, _, rest = name.partition("_")
-        digits = "".join(ch for ch in rest if ch.isdigit())
-        return (rank.get(prefix, 3), prefix, int(digits or 0), rest[len(digits) :])
+        kind, sm, variant = split_target(name)
+        return (rank.get(kind, 3), kind, sm, variant)
 
     return sorted(set(names), key=key)

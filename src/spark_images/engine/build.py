@@ -204,6 +204,12 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             continue
 
 
+def _discard(req: BuildRequest) -> None:
+    """Remove what a build that did not succeed may have left: the archive and the metadata."""
+    req.oci_dest.unlink(missing_ok=True)
+    req.metadata_file.unlink(missing_ok=True)
+
+
 def build(req: BuildRequest, on_log: LogSink | None = None) -> BuildResult:
     """Run the build, streaming progress lines to `on_log`; return the digest.
 
@@ -241,11 +247,13 @@ def build(req: BuildRequest, on_log: LogSink | None = None) -> BuildResult:
         code = proc.wait()
     except BaseException:
         _stop(proc)
-        req.oci_dest.unlink(missing_ok=True)
-        req.metadata_file.unlink(missing_ok=True)
+        _discard(req)
         raise
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
     if code != 0:
-        req.oci_dest.unlink(missing_ok=True)
+        _discard(req)
         errors = _error_lines(tail)
         if unreachable_source(errors):
             raise EnvironmentProblem(
@@ -258,6 +266,7 @@ def build(req: BuildRequest, on_log: LogSink | None = None) -> BuildResult:
         metadata = json.loads(req.metadata_file.read_text(encoding="utf-8"))
         digest = str(metadata["containerimage.digest"])
     except (OSError, ValueError, KeyError) as exc:
+        _discard(req)
         raise BuildFailed(
             f"buildx wrote no usable metadata file at {req.metadata_file} ({exc})"
         ) from exc

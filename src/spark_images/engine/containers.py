@@ -123,7 +123,7 @@ def served(
                 publish=[("127.0.0.1:", container_port)],
                 env_files=[env_file] if env_file else [],
                 volumes=list(volumes),
-                labels={LABEL: "1"},
+                labels={LABEL: str(os.getpid())},  # the owning process: see leftover_containers
             )
         except DockerException as exc:
             lines = [ln for ln in (exc.stderr or str(exc)).splitlines() if ln.strip()]
@@ -151,7 +151,9 @@ def served(
             follower.join(timeout=10)
 
 
-def leftover_containers(docker: DockerClient | None = None) -> list[str]:
-    """Names of gate containers that still exist (there should be none)."""
+def leftover_containers(docker: DockerClient | None = None, owner: int | None = None) -> list[str]:
+    """Names of gate containers that still exist (there should be none); `owner`
+    narrows them to the ones a given process started, when several gates share an engine."""
     docker = docker or require_engine()
-    return [c.name for c in docker.container.list(all=True, filters=[("label", LABEL)])]
+    label = LABEL if owner is None else f"{LABEL}={owner}"
+    return [c.name for c in docker.container.list(all=True, filters=[("label", label)])]

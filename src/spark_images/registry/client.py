@@ -1,12 +1,14 @@
-"""Read side of the OCI distribution API: auth, manifests, index selection, blobs.
+"""OCI distribution API client: auth, manifests, index selection, blobs.
 
 `RegistryClient(host, repository)` speaks plain HTTP to loopback hosts
-(127.0.0.1, localhost, ::1) and HTTPS to every other host. `_request()` is
-the shared layer (anonymous bearer-token flow from `WWW-Authenticate`,
+(127.0.0.1, localhost, ::1) and HTTPS to every other host. `request()` is
+the public shared layer (anonymous bearer-token flow from `WWW-Authenticate`,
 retries with backoff on 5xx, connection errors and timeouts) that the push
-side can reuse for uploads and tag moves. Blobs are streamed in chunks and
-their sha256 is checked against the digest when the stream ends, so memory
-stays bounded whatever the layer size.
+side (`registry.push`, `registry.tags`) builds its uploads on; manifest
+writes and digest lookups (`put_manifest`, `manifest_digest`) live here so
+both share them. Blobs are streamed in chunks and their sha256 is checked
+against the digest when the stream ends, so memory stays bounded whatever
+the layer size.
 """
 
 from __future__ import annotations
@@ -133,6 +135,12 @@ def pick_platform(index: dict[str, Any], os_name: str = "linux", arch: str = "ar
     return candidates[0] if candidates else None
 
 
+def is_loopback(host: str) -> bool:
+    """HOST[:PORT] (IPv6 in brackets) names this machine: such registries speak plain HTTP."""
+    hostname = host.split("]")[0] + "]" if host.startswith("[") else host.rsplit(":", 1)[0]
+    return hostname in LOOPBACK
+
+
 def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
     scheme, _, rest = header.strip().partition(" ")
     params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
@@ -140,7 +148,7 @@ def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
 
 
 class RegistryClient:
-    """One repository on one registry; the shared auth/retry layer is `_request`."""
+    """One repository on one registry; every HTTP call goes through `request`."""
 
     def __init__(
         self,
@@ -155,8 +163,7 @@ class RegistryClient:
     ) -> None:
         self.host = host
         self.repository = repository
-        hostname = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
-        self.insecure_http = hostname in LOOPBACK if insecure_http is None else insecure_http
+        self.insecure_http = is_loopback(host) if insecure_http is None else insecure_http
         self.scheme = "http" if self.insecure_http else "https"
         self.retries = retries
         self.backoff = backoff
@@ -200,7 +207,7 @@ class RegistryClient:
             raise RegistryError(f"{self.host}: token endpoint answered no token")
         self._token = token
 
-    def _request(
+    def request(
         self,
         method: str,
         path: str,
@@ -214,12 +221,15 @@ class RegistryClient:
     ) -> requests.Response:
         """One API call relative to /v2/REPO (or an absolute URL), with auth and retries.
 
-        Answers 401 once per call by fetching an anonymous (or SPARK_IMAGES_REGISTRY_USER)
-        bearer token for `actions`; retries 5xx, connection errors and timeouts with
-        exponential backoff; raises RegistryError for any status not in `ok`.
-        Only idempotent calls should pass a non-replayable `data`.
+        Public: the push and tag modules build their calls on it. Answers 401 once
+        per call by fetching an anonymous (or SPARK_IMAGES_REGISTRY_USER) bearer token
+        for `actions`; retries 5xx, connection errors and timeouts with exponential
+        backoff; raises RegistryError for any status not in `ok`. A `data` that is
+        not bytes or str (a stream) cannot be sent twice, so such a call is tried
+        once: the caller retries with a fresh stream (and upload session).
         """
         url = path if path.startswith(("http://", "https://")) else self.base_url + path
+        retries = self.retries if data is None or isinstance(data, bytes | str) else 0
         authed = False
         attempt = 0
         while True:
@@ -239,7 +249,7 @@ class RegistryClient:
                     allow_redirects=True,
                 )
             except (requests.ConnectionError, requests.Timeout) as exc:
-                if attempt < self.retries:
+                if attempt < retries:
                     time.sleep(self.backoff * 2**attempt)
                     attempt += 1
                     continue
@@ -260,7 +270,7 @@ class RegistryClient:
                     f"{self._where(path)}: registry asks for {scheme or 'unknown'} authentication "
                     "(set SPARK_IMAGES_REGISTRY_USER/PASSWORD)"
                 )
-            if resp.status_code >= 500 and attempt < self.retries:
+            if resp.status_code >= 500 and attempt < retries:
                 resp.close()
                 time.sleep(self.backoff * 2**attempt)
                 attempt += 1
@@ -280,7 +290,7 @@ class RegistryClient:
 
     def get_manifest(self, reference: str) -> tuple[str, str, bytes]:
         """(media type, digest, raw body) of a manifest or index; digest verified."""
-        resp = self._request("GET", f"/manifests/{reference}", headers={"Accept": ACCEPT})
+        resp = self.request("GET", f"/manifests/{reference}", headers={"Accept": ACCEPT})
         body = resp.content
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         if reference.startswith("sha256:") and digest != reference:
@@ -318,6 +328,29 @@ class RegistryClient:
         layers = tuple(Descriptor.from_json(layer, where) for layer in layers_doc)
         return ImageManifest(digest=digest, media_type=media, config=config, layers=layers)
 
+    def manifest_digest(self, reference: str) -> str | None:
+        """The digest a tag or digest resolves to (HEAD), or None when there is no such manifest."""
+        path = f"/manifests/{reference}"
+        resp = self.request("HEAD", path, headers={"Accept": ACCEPT}, ok=(200, 404))
+        if resp.status_code == 404:
+            return None
+        digest = resp.headers.get("Docker-Content-Digest", "")
+        if not digest:
+            raise RegistryError(f"{self._where(path)}: the registry sent no Docker-Content-Digest")
+        return digest
+
+    def put_manifest(self, reference: str, body: bytes, media_type: str, digest: str) -> None:
+        """PUT a manifest's exact bytes under a tag or digest; the registry must keep `digest`."""
+        path = f"/manifests/{reference}"
+        resp = self.request(
+            "PUT", path, data=body, headers={"Content-Type": media_type}, actions="pull,push", ok=(200, 201)
+        )
+        answered = resp.headers.get("Docker-Content-Digest")
+        if answered and answered != digest:
+            raise RegistryError(
+                f"{self._where(path)}: the registry stored it as {answered}, not {digest}: it rewrote the manifest"
+            )
+
     # --- blobs ---------------------------------------------------------------------
 
     def blob_chunks(
@@ -333,7 +366,7 @@ class RegistryClient:
         resumes = 0
         while True:
             headers = {"Range": f"bytes={got}-"} if got else None
-            resp = self._request("GET", f"/blobs/{desc.digest}", stream=True, headers=headers, ok=(200, 206))
+            resp = self.request("GET", f"/blobs/{desc.digest}", stream=True, headers=headers, ok=(200, 206))
             skip = got if (got and resp.status_code == 200) else 0  # server ignored the range
             try:
                 for chunk in resp.iter_content(CHUNK):

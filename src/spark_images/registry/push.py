@@ -27,12 +27,11 @@ import requests
 
 from spark_images.errors import EnvironmentProblem, UsageError
 from spark_images.registry.client import (
-    ACCEPT,
     INDEX_TYPES,
-    LOOPBACK,
     MANIFEST_TYPES,
     RegistryClient,
     RegistryError,
+    is_loopback,
 )
 
 UPLOAD_TRIES = 3
@@ -50,8 +49,7 @@ class Repository:
 
     @property
     def base_url(self) -> str:
-        hostname = self.host.rsplit(":", 1)[0] if not self.host.startswith("[") else self.host
-        scheme = "http" if hostname in LOOPBACK else "https"
+        scheme = "http" if is_loopback(self.host) else "https"
         return f"{scheme}://{self.host}/v2/{self.name}"
 
     def __str__(self) -> str:
@@ -140,10 +138,10 @@ def _upload_blob(c: RegistryClient, digest: str, open_blob: Callable[[], tuple[I
     The body is a stream out of the archive, which cannot be replayed: a
     failed PUT is retried here with a fresh stream and a fresh upload session.
     """
-    if c._request("HEAD", f"/blobs/{digest}", actions="pull,push", ok=(200, 404)).status_code == 200:
+    if c.request("HEAD", f"/blobs/{digest}", actions="pull,push", ok=(200, 404)).status_code == 200:
         return False
     for attempt in range(UPLOAD_TRIES):
-        start = c._request("POST", "/blobs/uploads/", actions="pull,push", ok=(201, 202))
+        start = c.request("POST", "/blobs/uploads/", actions="pull,push", ok=(201, 202))
         location = start.headers.get("Location", "")
         if not location:
             raise EnvironmentProblem(f"registry {c.host} gave no upload location for {digest}")
@@ -152,7 +150,7 @@ def _upload_blob(c: RegistryClient, digest: str, open_blob: Callable[[], tuple[I
         sep = "&" if "?" in location else "?"
         data, size = open_blob()
         try:
-            c._request(
+            c.request(
                 "PUT",
                 f"{location}{sep}digest={digest}",
                 data=data,
@@ -165,18 +163,6 @@ def _upload_blob(c: RegistryClient, digest: str, open_blob: Callable[[], tuple[I
             if attempt + 1 == UPLOAD_TRIES:
                 raise
     return True
-
-
-def _put_manifest(c: RegistryClient, ref: str, body: bytes, media_type: str, digest: str) -> None:
-    resp = c._request(
-        "PUT", f"/manifests/{ref}", data=body, headers={"Content-Type": media_type},
-        actions="pull,push", ok=(200, 201),
-    )  # fmt: skip
-    answered = resp.headers.get("Docker-Content-Digest")
-    if answered and answered != digest:
-        raise EnvironmentProblem(
-            f"registry stored manifest {ref} as {answered}, not {digest}: it rewrote the manifest"
-        )
 
 
 def _blob_digests(manifest: dict[str, Any]) -> Iterable[str]:
@@ -219,10 +205,9 @@ def push_oci_archive(
                 say(f"pushed blob {blob} ({oci.blob(blob)[1]} bytes)")
             else:
                 present.append(blob)
-        _put_manifest(c, want, body, media_type, want)
         tag_list = tuple(tags)
-        for tag in tag_list:
-            _put_manifest(c, tag, body, media_type, want)
+        for ref in (want, *tag_list):
+            c.put_manifest(ref, body, media_type, want)
         say(f"pushed {target}@{want}")
         return PushResult(str(target), want, tag_list, tuple(uploaded), tuple(present))
     finally:
@@ -231,9 +216,7 @@ def push_oci_archive(
 
 def registry_digest(target: Repository, ref: str, session: requests.Session | None = None) -> str:
     """The digest the registry reports for a tag or digest (HEAD on the manifest)."""
-    c = _client(target, session)
-    resp = c._request("HEAD", f"/manifests/{ref}", headers={"Accept": ACCEPT})
-    digest = resp.headers.get("Docker-Content-Digest", "")
-    if not digest:
-        raise EnvironmentProblem(f"registry {target.host} sent no Docker-Content-Digest for {ref}")
+    digest = _client(target, session).manifest_digest(ref)
+    if digest is None:
+        raise RegistryError(f"{target}: the registry has no manifest {ref}")
     return digest

@@ -5,7 +5,7 @@ digest with its exact bytes and media type, checked against the digest, and
 PUT under the new tag, so the tag resolves to the very same digest. The
 registry's answer (`Docker-Content-Digest`) is checked too.
 
-HTTP goes through `RegistryClient._request` (registry.client): bearer-token
+HTTP goes through `RegistryClient.request` (registry.client): bearer-token
 challenges, retries with backoff, plain HTTP for loopback hosts (or with
 `insecure_http`), one-line errors.
 """
@@ -47,7 +47,7 @@ class TagClient:
 
     def get_manifest(self, digest: str) -> Manifest:
         """GET the manifest by digest; Finding when the registry does not have it."""
-        resp = self.client._request("GET", f"/manifests/{digest}", headers={"Accept": ACCEPT}, ok=(200, 404))
+        resp = self.client.request("GET", f"/manifests/{digest}", headers={"Accept": ACCEPT}, ok=(200, 404))
         if resp.status_code == 404:
             raise Finding(f"{self.where}@{digest}: the registry has no such manifest (fix: push the candidate first)")
         body = resp.content
@@ -65,26 +65,8 @@ class TagClient:
 
     def tag_digest(self, tag: str) -> str | None:
         """The digest `tag` resolves to now, or None when the tag does not exist."""
-        resp = self.client._request("HEAD", f"/manifests/{tag}", headers={"Accept": ACCEPT}, ok=(200, 404))
-        if resp.status_code == 404:
-            return None
-        digest = resp.headers.get("Docker-Content-Digest", "")
-        if not digest:
-            raise EnvironmentProblem(f"{self.where}:{tag}: the registry sent no Docker-Content-Digest")
-        return digest
+        return self.client.manifest_digest(tag)
 
     def put_tag(self, tag: str, manifest: Manifest) -> None:
         """PUT the manifest's exact bytes under `tag`; the registry must keep the digest."""
-        resp = self.client._request(
-            "PUT",
-            f"/manifests/{tag}",
-            data=manifest.body,
-            headers={"Content-Type": manifest.media_type},
-            actions="pull,push",
-            ok=(200, 201),
-        )
-        answered = resp.headers.get("Docker-Content-Digest")
-        if answered and answered != manifest.digest:
-            raise EnvironmentProblem(
-                f"registry stored {self.where}:{tag} as {answered}, not {manifest.digest}: it rewrote the manifest"
-            )
+        self.client.put_manifest(tag, manifest.body, manifest.media_type, manifest.digest)

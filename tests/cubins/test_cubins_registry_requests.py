@@ -1,0 +1,89 @@
+"""`RegistryClient.request` with bodies, and the loopback rule, against a small HTTP server on 127.0.0.1.
+
+The server answers every PUT with one status from a script and records the
+body length it received; no traffic leaves the loopback interface.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from spark_images.registry.client import RegistryClient, RegistryError, is_loopback
+from spark_images.registry.push import Repository
+
+
+class PutServer:
+    """Answers PUTs with the next status of `script` (201 once it runs out); records body sizes."""
+
+    def __init__(self, script: list[int]) -> None:
+        self.script = list(script)
+        self.bodies: list[int] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            timeout = 5  # a client that declares a body and never sends it cannot hold the thread
+
+            def do_PUT(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                owner.bodies.append(len(self.rfile.read(length)))
+                status = owner.script.pop(0) if owner.script else 201
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture()
+def put_server() -> Iterator[PutServer]:
+    server = PutServer([500])
+    yield server
+    server.close()
+
+
+def test_bytes_bodies_are_retried_after_a_5xx(put_server: PutServer) -> None:
+    client = RegistryClient(put_server.host, "spark/img", backoff=0.01, timeout=(2, 2))
+    resp = client.request("PUT", "/blobs/x", data=b"abc", ok=(201,))
+    assert resp.status_code == 201
+    assert put_server.bodies == [3, 3]
+
+
+def test_a_stream_body_is_sent_once_never_replayed_empty(put_server: PutServer) -> None:
+    # a consumed stream cannot be resent: a retry would declare 3 bytes and send none
+    client = RegistryClient(put_server.host, "spark/img", backoff=0.01, timeout=(2, 2))
+    with pytest.raises(RegistryError, match="HTTP 500"):
+        client.request("PUT", "/blobs/x", data=io.BytesIO(b"abc"), headers={"Content-Length": "3"}, ok=(201,))
+    assert put_server.bodies == [3]
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1:5000", True),
+        ("localhost", True),
+        ("[::1]:5000", True),
+        ("[::1]", True),
+        ("ghcr.io", False),
+        ("registry.example:5000", False),
+    ],
+)
+def test_loopback_hosts_speak_plain_http(host: str, loopback: bool) -> None:
+    scheme = "http" if loopback else "https"
+    assert is_loopback(host) is loopback
+    assert RegistryClient(host, "a").scheme == scheme
+    assert Repository(host, "a").base_url == f"{scheme}://{host}/v2/a"
