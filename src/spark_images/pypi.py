@@ -29,6 +29,11 @@ from spark_images import atomic
 from spark_images.errors import EnvironmentProblem, UsageError
 
 INDEX_URL = "https://pypi.org/simple"
+
+
+def index_url() -> str:
+    """The simple index every PyPI lookup uses: SPARK_IMAGES_PYPI_SIMPLE, else PyPI."""
+    return os.environ.get("SPARK_IMAGES_PYPI_SIMPLE", INDEX_URL).rstrip("/")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 TIMEOUT = (15, 120)
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9.+!_-]+)\s*$")
@@ -94,19 +99,20 @@ def _session() -> requests.Session:
     return session
 
 
-def resolve(requirement: str, *, index_url: str = INDEX_URL, arch: str = "aarch64") -> WheelFile:
+def resolve(requirement: str, *, index: str | None = None, arch: str = "aarch64") -> WheelFile:
     """`name==version` -> the wheel file; UsageError / EnvironmentProblem otherwise."""
     parsed = parse_requirement(requirement)
     if parsed is None:
         raise UsageError(f"{requirement}: not a requirement of the form NAME==VERSION")
     name, version = parsed
-    url = f"{index_url.rstrip('/')}/{normalize(name)}/"
+    base = (index or index_url()).rstrip("/")
+    url = f"{base}/{normalize(name)}/"
     try:
         resp = _session().get(url, headers={"Accept": SIMPLE_JSON}, timeout=TIMEOUT)
     except requests.RequestException as exc:
         raise EnvironmentProblem(f"{requirement}: cannot reach {url} ({exc.__class__.__name__})") from exc
     if resp.status_code == 404:
-        raise UsageError(f"{requirement}: no project {name!r} on {index_url}")
+        raise UsageError(f"{requirement}: no project {name!r} on {base}")
     if resp.status_code != 200:
         raise EnvironmentProblem(f"{requirement}: {url} answered HTTP {resp.status_code}")
     try:
@@ -118,7 +124,7 @@ def resolve(requirement: str, *, index_url: str = INDEX_URL, arch: str = "aarch6
     wheel = pick_wheel(files, name, version, arch)
     if wheel is None:
         raise UsageError(
-            f"{requirement}: no linux {arch} wheel of version {version} on {index_url} "
+            f"{requirement}: no linux {arch} wheel of version {version} on {base} "
             "(check the version; source-only releases cannot be inspected)"
         )
     return wheel

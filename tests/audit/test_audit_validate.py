@@ -67,3 +67,13 @@ def test_required_fix_patched_passes(vllm_like: VllmLike, tmp_path: Path, capsys
     code, doc, err = _validate(capsys, profile, vllm_like.path)
     assert code == 0, err
     assert doc["profiles"][0]["audit"]["status"] == "passed"
+
+
+def test_repo_that_is_not_git_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = _profile(tmp_path, "98dff2a81d747d1dba01a47f939f48c3526d4206", [40082])
+    not_git = tmp_path / "not-a-repo"
+    not_git.mkdir()
+    code = main(["validate", "--repo", str(not_git), str(profile)])
+    _out, err = capsys.readouterr()
+    assert code == 2
+    assert "not a git repository" in err

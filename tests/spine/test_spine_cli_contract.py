@@ -176,3 +176,48 @@ def test_coherence_without_a_gpu_is_skipped_and_a_bad_record_file_is_named(junk:
     assert bad.code == 2 and "not a build record" in bad.err
     assert bad.one_json_document()["problems"][0]["file"] == str(junk / "text.whl")  # type: ignore[index]
     assert (junk / "text.whl").read_text() == "hello\n"  # refused, not overwritten
+
+
+def test_coherence_endpoint_with_nothing_listening_fails_fast_with_exit_2(tmp_path: Path) -> None:
+    import socket
+    import time
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "spark_images", "coherence", "--endpoint", f"http://127.0.0.1:{port}", "--model", "m"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "nothing answers there (connection refused" in proc.stderr
+    assert time.monotonic() - start < 60  # not the 1800 s health wait
+    bad = subprocess.run(
+        [sys.executable, "-m", "spark_images", "coherence", "--endpoint", "not-a-url", "--model", "m"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert bad.returncode == 2 and "is not an http(s) URL" in bad.stderr
+
+
+def test_cubins_on_a_named_file_that_is_not_elf_reports_it_unreadable(tmp_path: Path) -> None:
+    text_so = tmp_path / "libnot.so"
+    text_so.write_text("this is not a shared library\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "spark_images", "cubins", str(text_so), "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["verdict"] == "no-gpu-code"
+    assert [u["path"] for u in doc["unreadable"]] == ["libnot.so"]
+    assert "not an ELF file" in doc["unreadable"][0]["error"]
+
+
+def test_empty_target_is_a_usage_error() -> None:
+    for command in ("cubins", "audit"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "spark_images", command, ""],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert proc.returncode == 2 and "TARGET is empty" in proc.stderr, (command, proc.stderr)

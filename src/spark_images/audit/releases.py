@@ -6,12 +6,12 @@ inside the release sdist on PyPI (read from the .tar.gz stream, one member).
 from __future__ import annotations
 
 import json
-import os
 import re
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from spark_images import pypi
 from spark_images.audit._problems import problem
 from spark_images.errors import EnvironmentProblem, UsageError
 
@@ -24,7 +24,6 @@ _TAG = re.compile(
 _COMMIT_ID = re.compile(r"""__commit_id__\s*=\s*(?:commit_id\s*=\s*)?['"]g?([0-9a-f]{7,40})['"]""")
 _VERSION_LINE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})(?:$|[.+])")
-PYPI_SIMPLE = "https://pypi.org/simple"
 _SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 
@@ -118,7 +117,7 @@ def sdist_url(index_doc: dict[str, object], version: str) -> str | None:
 
 # -- network edge ---------------------------------------------------------------
 def pypi_index_url() -> str:
-    return os.environ.get("SPARK_IMAGES_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/")
+    return pypi.index_url()
 
 
 def sdist_commit(version: str, timeout: float = 60.0) -> str:

@@ -24,3 +24,10 @@ def emit(args: argparse.Namespace, doc: Any, text: str) -> None:
 
 def warn(command: str, line: str) -> None:
     print(f"spark-images {command}: {line}", file=sys.stderr)
+
+
+def target(value: str) -> str:
+    """argparse type of a TARGET: an empty one would silently mean the current folder."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("TARGET is empty (give a path, requirement, commit or image)")
+    return value

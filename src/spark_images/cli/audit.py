@@ -20,7 +20,7 @@ from pathlib import Path
 
 from spark_images.audit import audit_target
 from spark_images.audit.report import render_markdown, render_table
-from spark_images.cli._common import add_json_flag, emit
+from spark_images.cli._common import add_json_flag, emit, target
 from spark_images.errors import EXIT_FINDING, EXIT_OK, UsageError
 
 
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", metavar="TARGET", help="commit, release, profile .yaml, wheel, vllm==X or image")
+    parser.add_argument("target", type=target, metavar="TARGET", help="commit, release, profile .yaml, wheel, vllm==X or image")
     parser.add_argument("--fix", dest="fixes", metavar="N", type=_pr, action="append", nargs="+", default=[],
                         help="only these PRs (repeatable); exit 1 if one is missing")
     parser.add_argument("--repo", metavar="PATH", type=Path, help="a local vLLM clone (default: a cached treeless clone)")

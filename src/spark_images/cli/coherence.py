@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import signal
 import sys
 from pathlib import Path
@@ -173,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
             raise _usage("IMAGE", "give either IMAGE or --endpoint, not both", "drop one of them")
         if len(args.model) != 1:
             raise _usage("--model", "--endpoint checks one served model", "give --model once")
+        if not re.match(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$", args.endpoint):
+            raise _usage("--endpoint", f"{args.endpoint!r} is not an http(s) URL", "e.g. --endpoint http://127.0.0.1:8000")
         section = gate_endpoint(args.endpoint, args.model[0], options=opts, progress=progress)
     else:
         if not args.image:

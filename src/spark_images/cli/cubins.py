@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Iterable
 
 from spark_images.artifacts import Progress
-from spark_images.cli._common import add_json_flag, emit
+from spark_images.cli._common import add_json_flag, emit, target
 from spark_images.cubins import CubinReport, scan_target
 from spark_images.cubins import verdict as v
 from spark_images.errors import EXIT_FINDING, EXIT_OK
@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "linux aarch64 wheel), docker://IMAGE, or HOST/REPO:TAG / HOST/REPO@sha256:..."
         ),
     )
-    parser.add_argument("target", metavar="TARGET")
+    parser.add_argument("target", type=target, metavar="TARGET")
     parser.add_argument("--gpu", default="sm_121", help="GPU architecture (default: sm_121, the DGX Spark)")
     parser.add_argument("--kernels", action="store_true", help="decompress and list kernel names per target")
     parser.add_argument(

@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spark_images import atomic
+from spark_images import atomic, pypi
 from spark_images import monitor as rules
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.errors import EnvironmentProblem, Finding, Problem, UsageError
 from spark_images.profiles import load_profile
 
-PYPI_SIMPLE = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 
@@ -67,7 +65,7 @@ def _read_audit(path: Path, option: str) -> dict[str, Any]:
 def _release_wheel(version: str) -> tuple[str, str]:
     import requests  # only --apply on a wheel profile needs the network
 
-    base = os.environ.get("SPARK_IMAGES_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/")
+    base = pypi.index_url()
     try:
         resp = requests.get(f"{base}/vllm/", headers={"Accept": SIMPLE_JSON}, timeout=60)
     except requests.RequestException as exc:

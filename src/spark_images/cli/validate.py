@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_images.cli._common import add_json_flag, emit
-from spark_images.errors import EXIT_FINDING, EXIT_OK, Finding, SparkImagesError, UsageError
+from spark_images.errors import EXIT_FINDING, EXIT_OK, EnvironmentProblem, Finding, UsageError
 from spark_images.resolve import resolve_profile
 
 
@@ -38,9 +38,7 @@ def _audit(resolved: Any, repo: Path | None) -> dict[str, Any]:
             [resolved.base_dir / p.path for p in plan.patches],
             repo,
         )
-    except SparkImagesError as exc:
-        if isinstance(exc, Finding):
-            raise
+    except EnvironmentProblem as exc:  # no history here: the stage did not run
         return {"status": "skipped", "reason": "; ".join(exc.lines())}
     missing = [fix.pr for fix in report.missing_required]
     doc: dict[str, Any] = {"status": "failed" if missing else "passed", "report": report.to_json()}

@@ -128,6 +128,23 @@ class OpenAIClient:
         except requests.RequestException:
             return None
 
+    def connection_refused(self, timeout_s: float = 5.0) -> str | None:
+        """Why no connection can be made at all (refused, no such host), or None.
+
+        A vLLM server opens its port before it loads the model, so a refused
+        connection means nothing is there, not a server still starting.
+        """
+        try:
+            self.session.get(self._url("/health"), timeout=timeout_s)
+        except requests.ConnectionError as exc:
+            text = str(exc).lower()
+            if "name or service not known" in text or "nodename nor servname" in text or "failed to resolve" in text:
+                return "no such host"
+            return "connection refused"
+        except requests.RequestException:
+            return None
+        return None
+
     def models(self) -> list[str]:
         resp = self._get("/v1/models", 30)
         try:

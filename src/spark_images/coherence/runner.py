@@ -24,6 +24,7 @@ from spark_images.coherence import compare, gpu, probes, scoring, speed, verdict
 from spark_images.coherence.client import Completion, OpenAIClient, ServerError
 from spark_images.coherence.signatures import LogScan, backend_mismatches
 from spark_images.coherence.verdict import Combination
+from spark_images.errors import EnvironmentProblem
 
 if TYPE_CHECKING:
     from spark_images.engine.containers import ServedContainer
@@ -498,12 +499,25 @@ def gate_image(
     return _section(results, models, image_ref, serve_args, env, gpu_doc)
 
 
+ENDPOINT_CONNECT_GRACE_S = 20.0
+
+
 def gate_endpoint(
     url: str, model: str, *, options: GateOptions | None = None, progress: Progress = _quiet
 ) -> dict[str, Any]:
     """Check a server that is already running (no container, no log to scan)."""
     opts = options or GateOptions()
     client = OpenAIClient(url, model, seed=opts.seed, timeout_s=opts.request_timeout_s)
+    # "already running": a server that is still starting answers /health with an
+    # error; one whose port stays closed for the grace period is not there at all
+    grace_end = time.monotonic() + min(ENDPOINT_CONNECT_GRACE_S, opts.health_timeout_s)
+    while (refused := client.connection_refused()) and time.monotonic() < grace_end:
+        time.sleep(0.5)
+    if refused:
+        raise EnvironmentProblem(
+            f"--endpoint {url}: nothing answers there ({refused} for {ENDPOINT_CONNECT_GRACE_S:g} s) "
+            "(fix: start the server first, or correct the URL, e.g. http://127.0.0.1:8000)"
+        )
     reason, waited = wait_ready(client, opts.health_timeout_s, poll_s=opts.health_poll_s,
                                 failed=lambda: None)  # fmt: skip
     outcome = Outcome()
@@ -519,6 +533,7 @@ def gate_endpoint(
     doc = _result(combo, outcome, None, endpoint=url, startup_s=round(waited, 2))
     doc["moe_backend"] = doc["linear_backend"] = doc["kv_cache_dtype"] = "unknown"
     doc["warnings"].append("endpoint mode: no server log, so no signature scan or backend check")
+    doc["warnings"].append("endpoint mode: the server's GPU is not checked (it may not be an sm_121 GPU)")
     status, why = verdict.gate_status([doc], [model])
     section: dict[str, Any] = {"status": status, "endpoint": url, "combinations": [doc]}
     if why:

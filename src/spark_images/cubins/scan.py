@@ -94,6 +94,9 @@ def scan_target(
                 lib.add_kernels(info.kernels, info.target)
             continue
         if not result.fatbins and not result.problems:
+            if single_file and not member.data.startswith(b"\x7fELF"):
+                # named explicitly, so say it could not be read as a library
+                unreadable.append({"path": member.path, "error": "not an ELF file (no library or cubin)"})
             continue  # a host library without device code
         stubs = frozenset(fb.offset for fb in result.fatbins if is_link_stub(member.data, fb))
         lib = library_from_scan(member.path, result, the_gpu, stubs)
