@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import re
-import time
 import zlib
-from collections.abc import Callable
+
+from _timing import best_of  # beside this script
 
 from spark_images.coherence.scoring import score_text
 from spark_images.coherence.signatures import scan_line
@@ -33,26 +33,17 @@ LOG = [
 ] * 250
 
 
-def best(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     for name, text in (("coherent answer", ANSWER), ("token loop", LOOP)):
-        base = best(lambda text=text: [zlib.compress(text.encode()) for _ in range(100)], args.repeat) / 100
-        ours = best(lambda text=text: [score_text(text) for _ in range(100)], args.repeat) / 100
+        base = best_of(lambda text=text: [zlib.compress(text.encode()) for _ in range(100)], args.repeat) / 100
+        ours = best_of(lambda text=text: [score_text(text) for _ in range(100)], args.repeat) / 100
         print(f"score {name:16s} {len(text):5d} chars: {ours * 1e3:7.3f} ms  zlib {base * 1e3:7.3f} ms  ratio {ours / base:6.1f}x")
     pattern = re.compile(r"No compiled nvfp4 mm kernel")
-    base = best(lambda: [pattern.search(line) for line in LOG], args.repeat) / len(LOG)
-    ours = best(lambda: [scan_line(line) for line in LOG], args.repeat) / len(LOG)
+    base = best_of(lambda: [pattern.search(line) for line in LOG], args.repeat) / len(LOG)
+    ours = best_of(lambda: [scan_line(line) for line in LOG], args.repeat) / len(LOG)
     print(f"scan log line: {ours * 1e6:7.2f} us  one regex {base * 1e6:7.2f} us  ratio {ours / base:6.1f}x"
           f"  ({1 / ours:,.0f} lines/s)")
 

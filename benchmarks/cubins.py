@@ -35,6 +35,8 @@ import time
 import zipfile
 from pathlib import Path
 
+import _timing  # beside this script
+
 from spark_images import pypi
 from spark_images.cubins import scan_target
 from spark_images.cubins.scan import is_candidate
@@ -66,12 +68,7 @@ print(total)
 
 
 def best_of(fn, repeat: int = REPEAT) -> float:  # type: ignore[no-untyped-def]
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return _timing.best_of(fn, repeat)
 
 
 def bench_wheel(requirement: str) -> None:
@@ -133,6 +130,15 @@ def _already_pushed(registry: str, repo: str, tag: str) -> bool:
     return probe.returncode == 0
 
 
+def _build_and_push(ctx: Path, ref: str) -> None:
+    print(f"building and pushing {ref} (once) ...", flush=True)
+    subprocess.run(
+        ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", ref, str(ctx)],
+        check=True, capture_output=True,
+    )
+    subprocess.run(["docker", "push", "-q", ref], check=True, capture_output=True)
+
+
 def build_image(registry: str, filler_mib: int) -> str:
     repo = "spark-images-bench/cubins"
     tag = f"filler-{filler_mib}"
@@ -151,12 +157,7 @@ def build_image(registry: str, filler_mib: int) -> str:
         shutil.copytree(ORACLE_BIN / "lib", ctx / "lib")
         lines.append("COPY lib/ /usr/local/lib/python3.12/dist-packages/vllm/")
         (ctx / "Dockerfile").write_text("\n".join(lines) + "\n")
-        print(f"building and pushing {ref} (once) ...", flush=True)
-        subprocess.run(
-            ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", ref, str(ctx)],
-            check=True, capture_output=True,
-        )
-    subprocess.run(["docker", "push", "-q", ref], check=True, capture_output=True)
+        _build_and_push(ctx, ref)
     return ref
 
 
@@ -176,12 +177,7 @@ def build_vllm_image(registry: str, requirement: str) -> str:
                 if is_candidate(info.filename):
                     zf.extract(info, ctx / "site")
         (ctx / "Dockerfile").write_text("FROM scratch\nCOPY site/ /usr/local/lib/python3.12/dist-packages/\n")
-        print(f"building and pushing {ref} (once) ...", flush=True)
-        subprocess.run(
-            ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", ref, str(ctx)],
-            check=True, capture_output=True,
-        )
-    subprocess.run(["docker", "push", "-q", ref], check=True, capture_output=True)
+        _build_and_push(ctx, ref)
     return ref
 
 
