@@ -44,13 +44,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_images import atomic
+from spark_images import atomic, profiles
 from spark_images.errors import Finding, Problem, UsageError
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = "images.lock.json"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX40 = profiles.HEX40  # one pattern for a full commit, where profiles pin it
 
 REQUIRED_STR = (
     "profile",

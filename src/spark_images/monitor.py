@@ -23,12 +23,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_images.profiles import HEX40
+
 PRESENT = frozenset({"included", "cherry-picked", "patched"})
 UPSTREAM = frozenset({"included", "cherry-picked"})  # present without a local patch
 MISSING = frozenset({"absent", "reverted", "effect-absent"})
 UNKNOWN = "unknown"
 
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)$")
 
 
@@ -299,7 +300,7 @@ def bump_profile_text(
     Only those scalar lines change (plus the old version in `description`), so
     comments and layout survive. ValueError when a field is not found.
     """
-    if not _HEX40.match(commit):
+    if not HEX40.match(commit):
         raise ValueError(f"{commit!r} is not a 40-hex commit")
     lines = text.splitlines(keepends=True)
     section = ""

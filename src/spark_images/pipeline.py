@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spark_images import atomic, lock, reqlock, summary
+from spark_images import atomic, lock, summary
 from spark_images.errors import EXIT_FINDING, EXIT_USAGE, EnvironmentProblem, SparkImagesError
 from spark_images.record import BuildRecord, stage
 
@@ -137,22 +137,6 @@ def vllm_commit_time(audit_mod: Any, commit: str, repo: Path | None) -> int | No
         return None
 
 
-INCOMPLETE_LOCK = reqlock.INCOMPLETE_MARKER
-
-
-def requirements_lock_problem(rel: str | None, root: Path) -> str:
-    """Why a profile's requirements lock cannot be used, or "" (reads the one file)."""
-    if not rel:
-        return ""
-    path = root / rel
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        return f"cannot read {path} ({exc.strerror}) (fix: generate it, see profiles/*.requirements.lock headers)"
-    problem = reqlock.usability_problem(text)
-    return f"{path} {problem}" if problem else ""
-
-
 def _problem_lines(exc: SparkImagesError) -> str:
     return "; ".join(line.removeprefix(": ") for line in exc.lines())
 
@@ -199,11 +183,8 @@ class Line:
         self.plan, self.profile, self.root = resolved.plan, resolved.profile, resolved.base_dir
         self.plan_doc = self.plan.to_json()
         self.record.profile = self.plan.profile_name
-        lock_problem = requirements_lock_problem(self.plan.requirements_lock, self.root)
-        if lock_problem:
-            raise self._fail(
-                "validate", "failed", f"{self.opts.profile}: build.requirements_lock: {lock_problem}", EXIT_FINDING
-            )
+        # an unusable requirements lock (missing, incomplete, unhashed) was
+        # already refused by resolve_profile, as `validate` refuses it
         warnings = [w.line() for w in resolved.warnings]
         for line in warnings:
             self.log(f"[validate] {line}")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Literal
 
+from spark_images import lock as lockfile
 from spark_images.cubins.verdict import V_NATIVE, V_PARTIAL
 from spark_images.errors import Problem
 
@@ -35,8 +36,6 @@ STATUS_GATES: tuple[tuple[str, str], ...] = (
     ("coherence", "run the coherence gate on a DGX Spark against this digest first"),
 )
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMMUTABLE = re.compile(r"^(?P<line>[a-z0-9]+)-(?P<sha>[0-9a-f]{7,40})-(?P<day>\d{8})$")
 _REPO_NAME = re.compile(r"^[a-z0-9]+([._/-][a-z0-9]+)*$")
@@ -141,7 +140,7 @@ def promotion_problems(lock: Mapping[str, Any], profile: str, lock_file: str) ->
                 _problem(lock_file, profile, f"{gate}.status", f"the {gate} gate did not pass ({detail})", fix)
             )
     commit = entry.get("vllm_commit")
-    if not isinstance(commit, str) or not _COMMIT.match(commit):
+    if not isinstance(commit, str) or not lockfile.HEX40.match(commit):
         problems.append(
             _problem(
                 lock_file,
@@ -159,7 +158,7 @@ def _image_problems(entry: Mapping[str, Any], lock_file: str, profile: str) -> l
     repository = entry.get("repository")
     image = entry.get("image")
     problems: list[Problem] = []
-    if not isinstance(digest, str) or not _DIGEST.match(digest):
+    if not isinstance(digest, str) or not lockfile.DIGEST.match(digest):
         problems.append(
             _problem(lock_file, profile, "digest", f"{digest!r} is not a sha256 digest",
                      "rebuild and push the profile so the lock records the registry digest")

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import re
 
+from spark_images.pypi import normalize  # PEP 503 names, as the index spells them
+
 INCOMPLETE_MARKER = "spark-images: incomplete"
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
-
-
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def pinned_versions(text: str) -> dict[str, str]:
@@ -24,7 +22,7 @@ def pinned_versions(text: str) -> dict[str, str]:
     for line in text.splitlines():
         m = _PIN.match(line.strip())
         if m:
-            pins[_normal(m.group(1))] = m.group(2)
+            pins[normalize(m.group(1))] = m.group(2)
     return pins
 
 
@@ -44,7 +42,7 @@ def pin_mismatches(text: str, pins: dict[str, str]) -> list[tuple[str, str, str 
     locked = pinned_versions(text)
     found: list[tuple[str, str, str | None]] = []
     for name, version in sorted(pins.items()):
-        have = locked.get(_normal(name))
+        have = locked.get(normalize(name))
         if have != version:
             found.append((name, version, have))
     return found

@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import multiprocessing
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -289,16 +290,24 @@ def test_summary_names_the_failed_stage_and_why() -> None:
 
 
 def test_requirements_locks_beside_the_profiles(tmp_path: Path) -> None:
+    from spark_images import reqlock
+    from spark_images.errors import Finding
+    from spark_images.resolve import resolve_profile
+
     root = Path(__file__).resolve().parents[2]
-    assert pipeline.requirements_lock_problem("profiles/cu130.requirements.lock", root) == ""
     text = (root / "profiles" / "cu130.requirements.lock").read_text()
+    assert reqlock.usability_problem(text) == ""
     assert "torch==2.13.0 \\" in text and "--hash=sha256:" in text
     assert "\nvllm==" not in text  # the wheel strategy installs vLLM by URL + sha256
-    assert "incomplete" in pipeline.requirements_lock_problem("profiles/cu129.requirements.lock", root)
-    (tmp_path / "empty.lock").write_text("# nothing\n")
-    assert "pins no package" in pipeline.requirements_lock_problem("empty.lock", tmp_path)
-    assert "cannot read" in pipeline.requirements_lock_problem("missing.lock", tmp_path)
-    assert pipeline.requirements_lock_problem(None, tmp_path) == ""
+    assert "incomplete" in reqlock.usability_problem((root / "profiles" / "cu129.requirements.lock").read_text())
+    assert "pins no package" in reqlock.usability_problem("# nothing\n")
+    # the build line refuses a missing lock at validate (resolve_profile), exit 1
+    project = tmp_path / "project"
+    (project / "profiles").mkdir(parents=True)
+    doc = (root / "profiles" / "cu130.yaml").read_text()
+    (project / "profiles" / "cu130.yaml").write_text(doc)
+    with pytest.raises(Finding, match=re.escape("build.requirements_lock: profiles/cu130.requirements.lock does not exist")):
+        resolve_profile(project / "profiles" / "cu130.yaml")
 
 
 def test_vllm_commit_time_comes_from_the_history(tmp_path: Path) -> None:
