@@ -19,8 +19,7 @@ from spark_images import atomic
 from spark_images.errors import UsageError
 from spark_images.plan import BuildPlan
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = PROJECT_ROOT / "templates"
+TEMPLATE_PACKAGE = "spark_images"  # the templates ship inside the package (templates/)
 TEMPLATE_NAME = "Dockerfile.j2"
 
 
@@ -29,9 +28,14 @@ def _quote(value: object) -> str:
     return json.dumps(str(value), ensure_ascii=False)
 
 
-def _environment(template_dir: Path) -> jinja2.Environment:
+def _environment(template_dir: Path | None) -> jinja2.Environment:
+    loader: jinja2.BaseLoader = (
+        jinja2.PackageLoader(TEMPLATE_PACKAGE, "templates")
+        if template_dir is None
+        else jinja2.FileSystemLoader(str(template_dir))
+    )
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(template_dir)),
+        loader=loader,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -43,14 +47,15 @@ def _environment(template_dir: Path) -> jinja2.Environment:
     return env
 
 
-def render_dockerfile(plan: BuildPlan, template_dir: Path = TEMPLATES) -> str:
+def render_dockerfile(plan: BuildPlan, template_dir: Path | None = None) -> str:
+    where = f"{template_dir or TEMPLATE_PACKAGE + ':templates'}/{TEMPLATE_NAME}"
     try:
         template = _environment(template_dir).get_template(TEMPLATE_NAME)
         text = template.render(plan=plan)
     except jinja2.TemplateNotFound:
-        raise UsageError(f"{template_dir / TEMPLATE_NAME}: template not found") from None
+        raise UsageError(f"{where}: template not found") from None
     except jinja2.UndefinedError as exc:
-        raise UsageError(f"{template_dir / TEMPLATE_NAME}: {exc}") from None
+        raise UsageError(f"{where}: {exc}") from None
     # one trailing newline, no trailing blanks: stable bytes for golden files
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()) + "\n"
 
