@@ -2,13 +2,19 @@
 
     nox -s build-cu130      the main job: validate, audit, render, build, inspect, gate
     nox -s tests            the test suite (engine tests need .ci/engine-up.sh first)
+
+Every session installs the package as users get it (`pip install .`, never
+`-e`); `tests` builds the wheel and runs the suite on that installed wheel.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests"]
@@ -18,14 +24,41 @@ PROFILES = sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml"))
 
 
 def _install(session: nox.Session, extras: str = "") -> None:
-    session.install("-e", f".{extras}")
+    session.install(f".{extras}")
+
+
+def _build_wheel(session: nox.Session, work: Path) -> Path:
+    """The wheel `pip install spark-images` would give, built from a copy of the checkout.
+
+    The copy keeps setuptools' build/ and egg-info out of a tree others work
+    in; the wheel lands outside the checkout, so no test sees it under src/.
+    """
+    tree = work / "tree"
+    shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    session.run("python", "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(work / "dist"), str(tree))
+    (wheel,) = (work / "dist").glob("spark_images-*.whl")
+    return wheel
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pass pytest arguments after --)."""
-    _install(session, "[test]")
-    session.run("pytest", *session.posargs)
+    """Run the test suite on the installed wheel (pass pytest arguments after --)."""
+    work = Path(tempfile.mkdtemp(prefix="spark-images-wheel-"))
+    try:
+        wheel = _build_wheel(session, work)
+        session.install(f"{wheel}[test]")
+        # a reused venv may hold the same version (or an old editable install): replace it
+        session.install("--force-reinstall", "--no-deps", str(wheel))
+        session.run("pytest", *session.posargs, env={"SPARK_IMAGES_TEST_WHEEL": str(wheel)})
+    except CommandFailed as exc:
+        # exit 5 = nothing collected: a run that tested nothing must not look like a pass
+        if str(exc) == "Returned code 5":
+            session.error("pytest collected no tests (exit 5): check the arguments and [tool.pytest.ini_options]")
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @nox.session

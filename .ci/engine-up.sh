@@ -17,7 +17,7 @@ debian_mirror() {
 
 export DEBIAN_FRONTEND=noninteractive
 need_pkgs=()
-for p in qemu-user-static binfmt-support docker-registry debootstrap skopeo containerd runc iptables tini; do
+for p in qemu-user-static binfmt-support docker-registry debootstrap skopeo containerd runc iptables tini curl ca-certificates; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if ((${#need_pkgs[@]})); then

@@ -3,7 +3,9 @@
 Tests that need something this machine lacks are skipped with the reason.
 CI sets SPARK_IMAGES_REQUIRE (comma list of engine, registry, nvcc, network)
 so that a missing piece there FAILS instead of skipping: a green CI never
-hides a stage that did not run.
+hides a stage that did not run. `network` means PyPI, which CI reaches;
+`history` (vLLM's git history on github.com, which CI cannot reach) is a
+kind of its own that CI never requires, so those tests stay skips with the reason.
 """
 
 from __future__ import annotations
@@ -113,3 +115,24 @@ def pypi_reachable() -> None:
             resp.read(64)
     except OSError as exc:
         unavailable("network", f"PyPI unreachable ({exc})")
+
+
+@pytest.fixture(scope="session")
+def vllm_history_reachable() -> None:
+    """vLLM's upstream git history answers (github.com: unreachable on CI)."""
+    from spark_images.audit.git import upstream_url
+
+    url = upstream_url()
+    try:
+        proc = subprocess.run(
+            ["git", "ls-remote", "--heads", url, "main"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+        )
+    except subprocess.TimeoutExpired:
+        unavailable("history", f"{url} did not answer within 30 s")
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or ["no answer"]
+        unavailable("history", f"cannot reach {url} ({lines[-1]})")

@@ -33,7 +33,8 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 def dumps_json(doc: Any) -> str:
     """The one JSON style of the project: sorted keys, 2-space indent, newline."""
-    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    # allow_nan=False: NaN and Infinity are not JSON; a value that became one is a bug to report, not to write
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def write_json(path: str | os.PathLike[str], doc: Any) -> Path:

@@ -1,8 +1,13 @@
 """images.lock.json: the digest of every image whose gates all passed.
 
-`build` writes an entry only when every gate passed (a skipped coherence gate
-is recorded with its reason; see pipeline.py for which skips still allow the
-lock); `publish` reads it and adds the tags it moved. Writes are atomic and
+`build` writes an entry only when every gate that ran passed (a skipped
+coherence gate is recorded with its reason; see gates.py for which skips still
+allow the lock). Each entry says which it is:
+- `state: "candidate"`: written by `build`; its coherence gate may have been
+  skipped (no sm_121 GPU where it was built); no tag points at it;
+- `state: "promoted"`: `publish` proved it on a DGX Spark (`promote` with a
+  passed coherence record of this digest) and moved its tags.
+An entry without `state` (older locks) is a candidate. Writes are atomic and
 serialised with an flock on the lock's directory, so two builds finishing at
 once do not lose each other's entry.
 
@@ -20,10 +25,15 @@ Schema (sorted keys, `atomic.dumps_json` style)::
           "cuda_version": "13.0.2", "cuda_line": "cu130", "arch_list": "12.0f",
           "base_image": "NAME:TAG@sha256:...",
           "pins": {"torch": "...", ...},
-          "fixes_included": [40923, ...],      # PR numbers, ascending
+          "state": "candidate" | "promoted",
+          "fixes_required": [40082, ...],      # the plan's (also the image's label)
+          "fixes_included": [40923, ...],      # what the audit found (+ patches), ascending
           "audit": {"status": "passed" | "skipped", "reason"?: "..."},
-          "cubins": {"verdict": "...", ...},
+          "cubins": {"verdict": "...", "gpu": "sm_121",
+                     "key"?: {"digest", "tool_version", "gpu", "globs"},
+                     "reused_from"?: "build/NAME/record.json"},
           "coherence": {"status": "passed" | "skipped", "reason"?: "..."},
+          "promoted"?: {"coherence_image": "REPO@sha256:..."},  # set by promote
           "created": "2026-01-02T03:04:05Z",   # from SOURCE_DATE_EPOCH
           "source_date_epoch": 1767323045,
           "tags": ["..."]                      # human tags publish moved here
@@ -38,19 +48,18 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_images import atomic, profiles
+from spark_images import atomic, inputs, profiles
 from spark_images.errors import Finding, Problem, UsageError
+from spark_images.registry.reference import is_digest  # the one digest grammar: a full match
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = "images.lock.json"
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-HEX40 = profiles.HEX40  # one pattern for a full commit, where profiles pin it
+HEX40 = profiles.HEX40  # one pattern for a full commit, where profiles pin it; always .fullmatch
 
 REQUIRED_STR = (
     "profile",
@@ -65,6 +74,9 @@ REQUIRED_STR = (
     "created",
 )
 GATE_STATUSES = ("passed", "skipped")
+CANDIDATE = "candidate"
+PROMOTED = "promoted"
+STATES = (CANDIDATE, PROMOTED)
 
 
 def empty_lock() -> dict[str, Any]:
@@ -75,9 +87,25 @@ def rfc3339(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    """A lock value for a message: a clipped repr of a string, else its type (never an unbounded repr)."""
+    if isinstance(value, str):
+        return repr(value[:limit]) + ("..." if len(value) > limit else "")
+    if value is None or isinstance(value, (bool, int, float)):
+        return inputs.short(repr(value), limit)
+    return f"a {type(value).__name__}"
+
+
+def _key(name: str, limit: int = 80) -> str:
+    """A profile name from the lock for a field path: control characters escaped (one line), clipped."""
+    text = str(name)
+    shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text[:limit])
+    return shown + ("..." if len(text) > limit else "")
+
+
 def entry_problems(entry: Mapping[str, Any], file: str, name: str) -> list[Problem]:
     """Every way `entry` breaks the schema (pure)."""
-    where = f"images.{name}"
+    where = f"images.{_key(name)}"
     out: list[Problem] = []
 
     def bad(field: str, message: str, fix: str = "") -> None:
@@ -87,13 +115,13 @@ def entry_problems(entry: Mapping[str, Any], file: str, name: str) -> list[Probl
         if not isinstance(entry.get(key), str) or not entry.get(key):
             bad(key, "missing or not a string", "rebuild the image with `spark-images build`")
     digest, repo = entry.get("digest"), entry.get("repository")
-    if isinstance(digest, str) and not DIGEST.match(digest):
-        bad("digest", f"{digest!r} is not sha256:<64 hex>")
+    if isinstance(digest, str) and not is_digest(digest):
+        bad("digest", f"{_shown(digest)} is not sha256:<64 hex>")
     if isinstance(digest, str) and isinstance(repo, str) and entry.get("image") != f"{repo}@{digest}":
-        bad("image", f"must be repository@digest ({repo}@{digest})")
+        bad("image", f"must be repository@digest ({_key(f'{repo}@{digest}', 200)})")
     commit = entry.get("vllm_commit")
-    if isinstance(commit, str) and not HEX40.match(commit):
-        bad("vllm_commit", f"{commit!r} is not a 40-hex commit")
+    if isinstance(commit, str) and not HEX40.fullmatch(commit):
+        bad("vllm_commit", f"{_shown(commit)} is not a 40-hex commit")
     if not isinstance(entry.get("pins"), dict):
         bad("pins", "missing or not a mapping")
     fixes = entry.get("fixes_included")
@@ -101,6 +129,11 @@ def entry_problems(entry: Mapping[str, Any], file: str, name: str) -> list[Probl
         bad("fixes_included", "missing or not a list of PR numbers")
     if not isinstance(entry.get("tags", []), list):
         bad("tags", "not a list")
+    state = entry.get("state", CANDIDATE)
+    if state not in STATES:
+        bad("state", f"{_shown(state)} is not one of {', '.join(STATES)}")
+    elif state == PROMOTED and (entry.get("coherence") or {}).get("status") != "passed":
+        bad("state", "promoted, but the coherence gate did not pass", "promote only through `spark-images publish`")
     cubins = entry.get("cubins")
     if not isinstance(cubins, dict) or "verdict" not in cubins:
         bad("cubins", "missing the cubin verdict")
@@ -120,7 +153,7 @@ def lock_problems(doc: Any, file: str) -> list[Problem]:
     out: list[Problem] = []
     if doc.get("lock_version") != LOCK_VERSION:
         out.append(
-            Problem(file, "lock_version", f"{doc.get('lock_version')!r} is not {LOCK_VERSION}",
+            Problem(file, "lock_version", f"{_shown(doc.get('lock_version'))} is not {LOCK_VERSION}",
                     "regenerate it with this version of spark-images")
         )
     images = doc.get("images")
@@ -128,7 +161,7 @@ def lock_problems(doc: Any, file: str) -> list[Problem]:
         return [*out, Problem(file, "images", "missing or not a mapping")]
     for name, entry in sorted(images.items()):
         if not isinstance(entry, dict):
-            out.append(Problem(file, f"images.{name}", "not a mapping"))
+            out.append(Problem(file, f"images.{_key(name)}", "not a mapping"))
             continue
         out.extend(entry_problems(entry, file, name))
     return out
@@ -137,25 +170,42 @@ def lock_problems(doc: Any, file: str) -> list[Problem]:
 def load_lock(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The lock document; an empty lock when the file does not exist.
 
-    Raises Finding (exit 1) with one line per problem when it is malformed.
+    Read through `inputs` (a regular file within the size limit: a FIFO or
+    /dev/zero is refused, not waited on): UsageError (exit 2) when it cannot be
+    read. Finding (exit 1) with one line per problem, each naming the file and
+    the field, when it is not UTF-8, not JSON, nested too deeply, holds
+    NaN/Infinity, or breaks the schema.
     """
     target = Path(path)
-    try:
-        text = target.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    file = inputs.display_path(target)
+    if not os.path.lexists(target):  # a dangling symlink is read (and refused by name) below
         return empty_lock()
-    except OSError as exc:
-        raise UsageError(f"{target}: cannot read ({exc.strerror})") from exc
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise Finding(
-            Problem(str(target), f"line {exc.lineno}", f"not JSON ({exc.msg})", "restore it from git")
-        ) from exc
-    problems = lock_problems(doc, str(target))
+    data = inputs.read_bytes(target, what="lock", error=UsageError)
+    text = inputs.decode_text(data, file=file, what="lock", error=Finding)
+    doc = _parse(text, file)
+    problems = lock_problems(doc, file)
     if problems:
         raise Finding(*problems)
-    return doc
+    return doc  # type: ignore[no-any-return]
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse(text: str, file: str) -> Any:
+    """Strict JSON with the lock's own one-line messages ("not JSON (...)", as before)."""
+    fix = f"restore it from git ({DEFAULT_LOCK})"
+    if inputs.json_depth_exceeds(text):  # linear scan first: json.loads would recurse
+        raise Finding(Problem(file, "", f"not JSON as spark-images writes it (nests deeper than {inputs.MAX_DEPTH} levels)", fix))
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise Finding(Problem(file, f"line {exc.lineno}", f"not JSON ({exc.msg})", fix)) from None
+    except ValueError as exc:  # NaN / Infinity / -Infinity, refused by _refuse_constant
+        raise Finding(Problem(file, "", f"not JSON ({exc})", fix)) from None
+    except RecursionError:  # belt and braces: the depth scan makes this unreachable
+        raise Finding(Problem(file, "", "not JSON as spark-images writes it (nests too deeply)", fix)) from None
 
 
 @contextlib.contextmanager
@@ -187,6 +237,32 @@ def update_entry(path: str | os.PathLike[str], profile_name: str, entry: Mapping
     return doc
 
 
+def record_candidate(path: str | os.PathLike[str], profile_name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Write `build`'s candidate entry in one locked read-modify-write; return what was written.
+
+    A rebuild to the same digest keeps what the lock already knew of those
+    bytes: the tags publish moved to them and, if promoted, the promotion.
+    ValueError when `entry` breaks the schema (a caller's bug, never written).
+    """
+    target = Path(path)
+    with _exclusive(target.parent.resolve()):
+        doc = load_lock(target)
+        previous = doc["images"].get(profile_name) or {}
+        new = dict(entry)
+        if previous.get("digest") == new.get("digest"):
+            new["tags"] = sorted(set(previous.get("tags") or []) | set(new.get("tags") or []))
+            if previous.get("state") == PROMOTED:
+                new.update(state=PROMOTED, coherence=previous["coherence"])
+                if "promoted" in previous:
+                    new["promoted"] = previous["promoted"]
+        problems = entry_problems(new, str(target), profile_name)
+        if problems:
+            raise ValueError("; ".join(p.line() for p in problems))
+        doc["images"][profile_name] = new
+        atomic.write_json(target, doc)
+    return new
+
+
 def make_entry(
     *,
     profile_path: str,
@@ -199,8 +275,9 @@ def make_entry(
     coherence: Mapping[str, Any],
     source_date_epoch: int,
     tags: list[str] | None = None,
+    fixes_required: list[int] | None = None,
 ) -> dict[str, Any]:
-    """A lock entry from the plan (as `BuildPlan.to_json()`) and the gates' sections (pure)."""
+    """A candidate's lock entry from the plan (as `BuildPlan.to_json()`) and the gates' sections (pure)."""
 
     def gate(section: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"status": section.get("status")}
@@ -209,8 +286,9 @@ def make_entry(
         return out
 
     cubin_summary = {"verdict": cubins.get("verdict")}
-    if "gpu" in cubins:
-        cubin_summary["gpu"] = cubins["gpu"]
+    for key in ("gpu", "key", "reused_from"):
+        if key in cubins:
+            cubin_summary[key] = cubins[key]
     return {
         "profile": profile_path,
         "image": f"{repository}@{digest}",
@@ -223,6 +301,8 @@ def make_entry(
         "arch_list": plan["arch_list"],
         "base_image": plan.get("base_image", ""),
         "pins": dict(plan.get("pins", {})),
+        "state": CANDIDATE,
+        "fixes_required": sorted(set(fixes_required if fixes_required is not None else plan.get("required_fixes", ()))),
         "fixes_included": sorted(set(fixes_included)),
         "audit": gate(audit),
         "cubins": cubin_summary,
@@ -231,3 +311,29 @@ def make_entry(
         "source_date_epoch": source_date_epoch,
         "tags": list(tags or []),
     }
+
+
+def promote(entry: Mapping[str, Any], coherence: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A copy of a candidate entry as `promoted` (pure); `publish` calls it, nothing else.
+
+    `coherence` is the Spark gate's coherence section (the record's
+    `coherence`, or `spark-images coherence --json`); None keeps the entry's
+    own, which must then have passed. The section must have passed on this
+    very digest and on a real GPU. ValueError otherwise: publish checks the
+    record with its rules first, so reaching it is a caller's bug.
+    """
+    gate = coherence if coherence is not None else entry.get("coherence") or {}
+    digest = str(entry.get("digest", ""))
+    if gate.get("status") != "passed":
+        raise ValueError(f"promote {digest}: the coherence gate did not pass ({gate.get('status')!r})")
+    if gate.get("assumed_gpu"):
+        raise ValueError(f"promote {digest}: the coherence gate ran with --assume-gpu")
+    image = gate.get("image")
+    if coherence is not None and not (isinstance(image, str) and image.endswith(f"@{digest}")):
+        raise ValueError(f"promote {digest}: the coherence record is of {image!r}, not of this digest")
+    out = dict(entry)
+    out["coherence"] = {"status": "passed"}
+    out["state"] = PROMOTED
+    if isinstance(image, str):
+        out["promoted"] = {"coherence_image": image}
+    return out

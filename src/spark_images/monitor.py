@@ -2,14 +2,18 @@
 
 Inputs are `spark-images audit TARGET --json` documents:
 `{"target", "commit", "fixes": [{"pr", "state", "first_release", "first_rc",
-"title", "symptom", "evidence", "required"?}]}`. States present in a target:
-included, cherry-picked, patched; missing: absent, reverted, effect-absent;
-`unknown` means the history was cut and nothing can be said.
+"title", "symptom", "evidence", "required"?}], "discovered"?: [...]}`. States
+present in a target: included, cherry-picked, patched; missing: absent,
+reverted, effect-absent; `unknown` (the history was cut) and
+`effect-unproven` (in the history, effect not shown) decide nothing.
 
-A bump is proposed when a newer release contains knowledge-base fixes that the
-pinned profile lacks, and it does not lose a fix the profile requires. The
-pull request body lists the gained fixes, the regressions, the patches that
-became unnecessary and what is on main but not yet released.
+Every new release and rc is audited; a bump is proposed for the newest final
+release that contains knowledge-base fixes the pinned profile lacks and loses
+no fix the profile requires (the monitor runs daily, so that is the day the
+release appears). The pull request body lists the gained fixes, the
+regressions, the patches that became unnecessary, what rcs and main carry but
+no release does yet, and the Spark-relevant PRs `audit --discover` found that
+the knowledge base lacks.
 
 Also here: the text edit that moves a profile's vLLM pin (and its release
 wheel) without disturbing the rest of the YAML, and the choice of the aarch64
@@ -29,6 +33,7 @@ PRESENT = frozenset({"included", "cherry-picked", "patched"})
 UPSTREAM = frozenset({"included", "cherry-picked"})  # present without a local patch
 MISSING = frozenset({"absent", "reverted", "effect-absent"})
 UNKNOWN = "unknown"
+UNDECIDED = frozenset({UNKNOWN, "effect-unproven", "not audited"})
 
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)$")
 
@@ -153,7 +158,7 @@ def diff_audits(
 
 
 def _bucket(before: str, after: str) -> str | None:
-    if UNKNOWN in (before, after) or "not audited" in (before, after):
+    if before in UNDECIDED or after in UNDECIDED:
         return "unverified"
     if before == "patched":
         return "patch_upstreamed" if after in UPSTREAM else "patch_still_needed"
@@ -207,6 +212,47 @@ def decide_bump(release: AuditDiff, pinned_version: str, release_version: str) -
     return Decision(True, f"release {release_version} contains {gained}, which the pinned commit lacks")
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """One audited release or rc newer than the pin, with its diff against the pin."""
+
+    version: str
+    diff: AuditDiff
+    decision: Decision
+
+
+def choose_release(
+    pinned: Mapping[str, Any], releases: Sequence[tuple[str, Mapping[str, Any], str]], pinned_version: str,
+) -> tuple[Candidate | None, list[Candidate]]:
+    """(the release to bump to, or the newest final when none qualifies; every candidate).
+
+    `releases`: (version, audit document, name for messages). Finals are tried
+    newest first; the first that gains a fix and loses no required one wins.
+    rcs never bump a profile, but their gains are reported.
+    """
+    candidates: list[Candidate] = []
+    for version, doc, name in releases:
+        diff = diff_audits(pinned, doc, names=("pinned", name))
+        candidates.append(Candidate(version, diff, decide_bump(diff, pinned_version, version)))
+    finals = sorted((c for c in candidates if version_key(c.version) is not None), key=lambda c: version_key(c.version) or ())
+    for cand in reversed(finals):
+        if cand.decision.bump:
+            return cand, candidates
+    return (finals[-1] if finals else None), candidates
+
+
+def discovered_of(docs: Iterable[Mapping[str, Any] | None]) -> list[dict[str, Any]]:
+    """The `discovered` entries of the audit documents, once per PR."""
+    seen: set[int] = set()
+    out: list[dict[str, Any]] = []
+    for doc in docs:
+        for item in (doc or {}).get("discovered") or []:
+            if isinstance(item, Mapping) and isinstance(item.get("pr"), int) and item["pr"] not in seen:
+                seen.add(item["pr"])
+                out.append({k: item.get(k) for k in ("pr", "title", "commit", "evidence")})
+    return out
+
+
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -229,6 +275,9 @@ def render_pr_body(
     release: AuditDiff,
     decision: Decision,
     main: AuditDiff | None = None,
+    *,
+    others: Sequence[Candidate] = (),
+    discovered: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The Markdown body of the bump pull request (also the job summary)."""
     out = [
@@ -248,18 +297,30 @@ def render_pr_body(
         ("Backport patches now upstream (drop them from the profile)", release.patch_upstreamed),
         ("Backport patches still needed (check they apply to the new commit)", release.patch_still_needed),
         ("Still missing in the release", release.still_missing),
-        ("Not verified (shallow history or not audited)", release.unverified),
+        ("Not verified (shallow history, effect unproven, or not audited)", release.unverified),
     ]
     for title, changes in sections:
         if changes:
             out += [f"### {title}", "", *_table(changes), ""]
     if decision.blockers:
         out += ["### Blockers", "", *[f"- {b}" for b in decision.blockers], ""]
+    released = {c.pr for c in release.gained}
+    for other in others:
+        if other.version == release_version:
+            continue
+        ahead = [c for c in other.diff.gained if c.pr not in released]
+        if ahead:
+            out += [f"### In {other.version} ({other.decision.reason})", "", *_table(ahead), ""]
     if main is not None:
-        released = {c.pr for c in release.gained}
         unreleased = [c for c in main.gained if c.pr not in released]
         if unreleased:
             out += ["### On main, not yet in a release", "", *_table(unreleased), ""]
+    if discovered:
+        out += ["### Spark-relevant PRs not in the knowledge base (`audit --discover`)", "",
+                "Review each; `spark-images kb add PR` drafts its entry.", ""]
+        out += [f"- #{d.get('pr')} `{str(d.get('commit') or '')[:12]}` {_md(str(d.get('title') or ''))}: "
+                f"{_md(str(d.get('evidence') or ''))}" for d in discovered]
+        out.append("")
     if decision.bump:
         out += [
             "### Before merging",

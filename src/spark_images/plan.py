@@ -42,6 +42,50 @@ class PatchRef:
 
 
 @dataclass(frozen=True)
+class CoherencePlan:
+    """The Spark gate's matrix, resolved once: the defaults of profiles.py applied and
+    every combination listed in the order the gate tries it (guide 10.3)."""
+
+    models: tuple[str, ...]
+    moe_backends: tuple[str, ...]
+    # None: each MoE backend is paired with the linear backend of the same name
+    linear_backends: tuple[str, ...] | None
+    kv_cache_dtypes: tuple[str, ...]
+    # (model, moe_backend, linear_backend, kv_cache_dtype), no repeats
+    combinations: tuple[tuple[str, str, str, str], ...]
+
+
+def _backend(value: str) -> str:
+    """vLLM's own spelling of a backend value: lower case, `-` becomes `_`."""
+    return value.strip().lower().replace("-", "_")
+
+
+def coherence_plan(profile: Profile) -> CoherencePlan | None:
+    settings = profile.verify.coherence
+    if settings is None:
+        return None
+    moe = [_backend(b) for b in settings.moe_backends]
+    kv = [_backend(k) for k in settings.kv_cache_dtypes]
+    if settings.linear_backends:
+        pairs = [(m, _backend(lin)) for m in moe for lin in settings.linear_backends]
+    else:
+        pairs = [(m, m) for m in moe]
+    combos: list[tuple[str, str, str, str]] = []
+    for model in settings.models:
+        for (m, lin) in pairs:
+            for k in kv:
+                if (model, m, lin, k) not in combos:
+                    combos.append((model, m, lin, k))
+    return CoherencePlan(
+        models=settings.models,
+        moe_backends=settings.moe_backends,
+        linear_backends=settings.linear_backends,
+        kv_cache_dtypes=settings.kv_cache_dtypes,
+        combinations=tuple(combos),
+    )
+
+
+@dataclass(frozen=True)
 class BuildPlan:
     plan_version: int
     profile_name: str
@@ -80,6 +124,8 @@ class BuildPlan:
     image_repository: str
     image_source: str
     labels: tuple[tuple[str, str], ...]
+    # the Spark gate's settings: nothing after planning reads the Profile
+    coherence: CoherencePlan | None = None
 
     @property
     def pins(self) -> dict[str, str]:
@@ -97,6 +143,9 @@ class BuildPlan:
         doc["labels"] = dict(self.labels)
         doc["serve_env"] = dict(self.serve_env)
         doc["pins"] = self.pins
+        if self.coherence is not None:
+            keys = ("model", "moe_backend", "linear_backend", "kv_cache_dtype")
+            doc["coherence"]["combinations"] = [dict(zip(keys, c, strict=True)) for c in self.coherence.combinations]
         return doc
 
 
@@ -189,4 +238,5 @@ def make_plan(
         image_repository=profile.image_repository,
         image_source=profile.image_source,
         labels=tuple(sorted(labels.items())),
+        coherence=coherence_plan(profile),
     )

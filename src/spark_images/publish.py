@@ -21,8 +21,10 @@ from datetime import date
 from typing import Any, Literal
 
 from spark_images import lock as lockfile
+from spark_images.coherence import verdict as coherence_verdict
 from spark_images.cubins.verdict import V_NATIVE, V_PARTIAL
 from spark_images.errors import Problem
+from spark_images.registry.reference import ImageReference, is_digest, is_tag
 
 SHORT_SHA_LEN = 9  # the prefix length the vLLM release notes and wheel versions use
 # The build's cubin gate already required native sm_121 code in every library
@@ -36,9 +38,7 @@ STATUS_GATES: tuple[tuple[str, str], ...] = (
     ("coherence", "run the coherence gate on a DGX Spark against this digest first"),
 )
 
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMMUTABLE = re.compile(r"^(?P<line>[a-z0-9]+)-(?P<sha>[0-9a-f]{7,40})-(?P<day>\d{8})$")
-_REPO_NAME = re.compile(r"^[a-z0-9]+([._/-][a-z0-9]+)*$")
 
 TagAction = Literal["create", "move", "unchanged"]
 
@@ -50,14 +50,14 @@ def immutable_tag(cuda_line: str, vllm_commit: str, day: date) -> str:
 
 def is_immutable_tag(tag: str) -> bool:
     """True for tags of the immutable form: they may be created, never moved."""
-    return _IMMUTABLE.match(tag) is not None
+    return _IMMUTABLE.fullmatch(tag) is not None
 
 
 def tag_problems(tags: Sequence[str]) -> list[str]:
     """One line per tag that the distribution API would refuse."""
     lines = []
     for tag in tags:
-        if not _TAG.match(tag):
+        if not is_tag(tag):
             lines.append(
                 f"--tag {tag!r}: not a valid tag (fix: letters, digits, '_', '.', '-'; "
                 "at most 128 characters; not starting with '.' or '-')"
@@ -140,7 +140,7 @@ def promotion_problems(lock: Mapping[str, Any], profile: str, lock_file: str) ->
                 _problem(lock_file, profile, f"{gate}.status", f"the {gate} gate did not pass ({detail})", fix)
             )
     commit = entry.get("vllm_commit")
-    if not isinstance(commit, str) or not lockfile.HEX40.match(commit):
+    if not isinstance(commit, str) or not lockfile.HEX40.fullmatch(commit):
         problems.append(
             _problem(
                 lock_file,
@@ -158,7 +158,7 @@ def _image_problems(entry: Mapping[str, Any], lock_file: str, profile: str) -> l
     repository = entry.get("repository")
     image = entry.get("image")
     problems: list[Problem] = []
-    if not isinstance(digest, str) or not lockfile.DIGEST.match(digest):
+    if not isinstance(digest, str) or not is_digest(digest):
         problems.append(
             _problem(lock_file, profile, "digest", f"{digest!r} is not a sha256 digest",
                      "rebuild and push the profile so the lock records the registry digest")
@@ -178,13 +178,11 @@ def _image_problems(entry: Mapping[str, Any], lock_file: str, profile: str) -> l
 
 
 def split_repository(repository: str) -> tuple[str, str] | None:
-    """`HOST[:PORT]/NAME` -> (host, name), or None when it names no registry host."""
-    host, sep, name = repository.partition("/")
-    if not sep or not ("." in host or ":" in host or host == "localhost"):
+    """`HOST[:PORT]/NAME` -> (host, name), or None when it is not a repository reference."""
+    ref = ImageReference.parse_or_none(repository)
+    if ref is None or ref.tag or ref.digest:
         return None
-    if not _REPO_NAME.match(name):
-        return None
-    return host, name
+    return ref.host, ref.repository
 
 
 def image_ref(entry: Mapping[str, Any]) -> ImageRef:
@@ -218,10 +216,20 @@ def gate_result_problems(doc: Mapping[str, Any], digest: str, file: str) -> list
         return [bad("coherence", "no coherence section", "pass the record or `spark-images coherence --json` output")]
     problems: list[Problem] = []
     status = section.get("status")
+    if status == PASSED:
+        # the status is a claim; the combinations are the evidence: judge them again
+        derived, why = coherence_verdict.record_status(section)
+        if derived != PASSED:
+            problems.append(
+                bad("coherence.combinations",
+                    f"the record says passed, but its combinations do not show it ({why or derived})",
+                    "pass the record exactly as `spark-images coherence --json` wrote it")
+            )
     if status != PASSED:
         reason = section.get("reason")
+        shown = repr(status)[:80]
         problems.append(
-            bad("coherence.status", f"the Spark gate did not pass (status: {status!r}" + (f", reason: {reason})" if reason else ")"),
+            bad("coherence.status", f"the Spark gate did not pass (status: {shown}" + (f", reason: {str(reason)[:200]})" if reason else ")"),
                 "promote only a digest whose coherence gate passed on a DGX Spark")
         )
     if section.get("assumed_gpu"):
@@ -232,7 +240,7 @@ def gate_result_problems(doc: Mapping[str, Any], digest: str, file: str) -> list
     image = section.get("image")
     if not isinstance(image, str) or not image.endswith(f"@{digest}"):
         problems.append(
-            bad("coherence.image", f"the gate ran on {image!r}, not on the locked digest {digest}",
+            bad("coherence.image", f"the gate ran on {repr(image)[:200]}, not on the locked digest {digest}",
                 "run the gate on REPOSITORY@DIGEST of the lock entry")
         )
     return problems

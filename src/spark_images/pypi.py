@@ -8,25 +8,35 @@ For reading a few small members, `HttpRangeFile` gives zipfile a seekable
 file over HTTP range requests (the central directory, then only those
 members); what it reads is checked against the declared size, the sha256 of
 the whole file cannot be checked that way.
+
+This is the project's one PyPI client: index pages are read with a size cap
+and an overall deadline (`registry.http`), downloads stop at their declared
+size and hash as they stream, and wheel filenames and tags are parsed with
+`packaging` (so cp312 ranks above cp39, and a newer manylinux above an older).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
 import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import requests
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from spark_images import atomic
 from spark_images.errors import EnvironmentProblem, UsageError
+from spark_images.inputs import loads_json
+from spark_images.registry import http
 
 INDEX_URL = "https://pypi.org/simple"
 
@@ -35,8 +45,9 @@ def index_url() -> str:
     """The simple index every PyPI lookup uses: SPARK_IMAGES_PYPI_SIMPLE, else PyPI."""
     return os.environ.get("SPARK_IMAGES_PYPI_SIMPLE", INDEX_URL).rstrip("/")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-TIMEOUT = (15, 120)
-_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9.+!_-]+)\s*$")
+TIMEOUT = (15, 120)  # connect, between bytes; the overall deadline is registry.http's
+RETRIES = 3
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9.+!_-]+)\s*")
 
 Progress = Callable[[int, int], None]
 
@@ -51,41 +62,77 @@ class WheelFile:
 
 def parse_requirement(text: str) -> tuple[str, str] | None:
     """'vllm==0.33.0' -> ('vllm', '0.33.0'); None if it is not that shape."""
-    match = _REQUIREMENT.match(text)
+    match = _REQUIREMENT.fullmatch(text)
     return (match.group(1), match.group(2)) if match else None
 
 
 def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return canonicalize_name(name)
+
+
+def _glibc(platform: str) -> tuple[int, int]:
+    """manylinux_2_28_aarch64 -> (2, 28); manylinux2014 -> (2, 17); plain linux -> (0, 0)."""
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", platform)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+    return legacy.get(platform.rsplit("_", 1)[0].split("_", 1)[0], (0, 0))
+
+
+def _python(interpreter: str) -> tuple[int, int]:
+    """cp312 -> (3, 12); py3 -> (3, 0); anything else ranks lowest."""
+    m = re.fullmatch(r"(?:cp|py|pp)(\d)(\d*)", interpreter)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else (0, 0)
+
+
+def wheel_rank(filename: str, name: str, version: str, arch: str = "aarch64") -> tuple[object, ...] | None:
+    """How good a wheel for linux `arch` this file is (higher is better), None if it is not one.
+
+    Ranks by the newest Python it supports, then the newest glibc it needs
+    (the most recent build of the same code), then its build tag.
+    """
+    try:
+        dist, ver, build, tags = parse_wheel_filename(filename)
+        wanted = Version(version)
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+    if dist != canonicalize_name(name) or ver != wanted:
+        return None
+    linux = [t for t in tags if t.platform.endswith(f"_{arch}") and ("linux" in t.platform)]
+    if not linux:
+        return None
+    best_py = max(_python(t.interpreter) for t in linux)
+    best_glibc = max(_glibc(t.platform) for t in linux)
+    return (best_py, best_glibc, build)
 
 
 def pick_wheel(files: list[dict[str, Any]], name: str, version: str, arch: str = "aarch64") -> WheelFile | None:
-    """The linux `arch` wheel of exactly `version` among a simple-API file list (pure)."""
-    wanted = normalize(name)
-    found: list[WheelFile] = []
+    """The best linux `arch` wheel of exactly `version` among a simple-API file list (pure)."""
+    found: list[tuple[tuple[object, ...], WheelFile]] = []
     for item in files:
         if not isinstance(item, dict):
             continue  # a hostile or broken index: skip what is not a file record
-        filename = str(item.get("filename", ""))
-        if not filename.endswith(".whl") or item.get("yanked"):
+        filename = item.get("filename")
+        if not isinstance(filename, str) or not filename.endswith(".whl") or item.get("yanked"):
             continue
-        parts = filename[:-4].split("-")
-        if len(parts) < 5:
-            continue
-        dist, ver, platform = parts[0], parts[1], parts[-1]
-        if normalize(dist) != wanted or ver != version:
-            continue
-        if "linux" not in platform or not platform.endswith(arch):
+        rank = wheel_rank(filename, name, version, arch)
+        if rank is None:
             continue
         hashes = item.get("hashes")
         sha256 = hashes.get("sha256") if isinstance(hashes, dict) else None
         size, url = item.get("size"), item.get("url")
-        if not isinstance(size, int) or not isinstance(sha256, str) or not isinstance(url, str):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             continue
-        found.append(WheelFile(filename, url, size, sha256))
-    # prefer the newest manylinux tag when several builds exist
-    found.sort(key=lambda w: w.filename, reverse=True)
-    return found[0] if found else None
+        if not isinstance(sha256, str) or re.fullmatch(r"[0-9a-f]{64}", sha256) is None:
+            continue
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            continue
+        if "/" in filename or "\\" in filename or filename.startswith("."):
+            continue  # the cache path is built from it
+        found.append((rank, WheelFile(filename, url, size, sha256)))
+    if not found:
+        return None
+    return max(found, key=lambda pair: pair[0])[1]  # type: ignore[arg-type, return-value]
 
 
 def cache_root() -> Path:
@@ -95,8 +142,58 @@ def cache_root() -> Path:
 
 def _session() -> requests.Session:
     session = requests.Session()
-    session.headers["User-Agent"] = "spark-images (cubin inspector)"
+    session.headers["User-Agent"] = "spark-images"
     return session
+
+
+def project_index(name: str, *, index: str | None = None, what: str = "") -> dict[str, Any]:
+    """The PEP 691 JSON page of a project (`files` is a list), read within a size cap and a deadline.
+
+    UsageError when the project does not exist; EnvironmentProblem for every
+    other failure, each one line naming the URL.
+    """
+    base = (index or index_url()).rstrip("/")
+    url = f"{base}/{normalize(name)}/"
+    label = f"{what}: " if what else ""
+    deadline = http.Deadline(http.meta_deadline_s())
+    session = _session()
+    attempt = 0
+    while True:
+        try:
+            resp = http.send(session, "GET", url, deadline=deadline, headers={"Accept": SIMPLE_JSON},
+                             timeout=deadline.timeout(*TIMEOUT))  # fmt: skip
+        except http.HttpProblem as exc:
+            raise EnvironmentProblem(f"{label}{exc}") from None
+        except requests.RequestException as exc:
+            raise EnvironmentProblem(f"{label}cannot reach {http.short_url(url)} ({exc.__class__.__name__})") from None
+        if resp.status_code in http.RETRY_STATUSES and attempt < RETRIES:
+            try:
+                http.wait_to_retry(resp, deadline, attempt, 0.5, url)
+            except http.HttpProblem as exc:
+                raise EnvironmentProblem(f"{label}{exc}") from None
+            attempt += 1
+            continue
+        break
+    if resp.status_code == 404:
+        resp.close()
+        raise UsageError(f"{label}no project {name!r} on {base}")
+    if resp.status_code != 200:
+        resp.close()
+        raise EnvironmentProblem(f"{label}{http.short_url(url)} answered HTTP {resp.status_code}")
+    try:
+        body = http.read_body(resp, deadline=deadline, url=url, cap=http.INDEX_CAP)
+    except http.HttpProblem as exc:
+        raise EnvironmentProblem(f"{label}{exc}") from None
+    except requests.RequestException as exc:
+        raise EnvironmentProblem(f"{label}{http.short_url(url)}: the answer broke off ({exc.__class__.__name__})") from None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EnvironmentProblem(f"{label}{http.short_url(url)} did not answer simple-API JSON (not UTF-8)") from None
+    doc = loads_json(text, file=f"{label}{http.short_url(url)}", what="simple-API answer", error=EnvironmentProblem)
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
+        raise EnvironmentProblem(f"{label}{http.short_url(url)} did not answer simple-API JSON (no `files` list)")
+    return doc
 
 
 def resolve(requirement: str, *, index: str | None = None, arch: str = "aarch64") -> WheelFile:
@@ -106,21 +203,7 @@ def resolve(requirement: str, *, index: str | None = None, arch: str = "aarch64"
         raise UsageError(f"{requirement}: not a requirement of the form NAME==VERSION")
     name, version = parsed
     base = (index or index_url()).rstrip("/")
-    url = f"{base}/{normalize(name)}/"
-    try:
-        resp = _session().get(url, headers={"Accept": SIMPLE_JSON}, timeout=TIMEOUT)
-    except requests.RequestException as exc:
-        raise EnvironmentProblem(f"{requirement}: cannot reach {url} ({exc.__class__.__name__})") from exc
-    if resp.status_code == 404:
-        raise UsageError(f"{requirement}: no project {name!r} on {base}")
-    if resp.status_code != 200:
-        raise EnvironmentProblem(f"{requirement}: {url} answered HTTP {resp.status_code}")
-    try:
-        files = resp.json()["files"]
-        if not isinstance(files, list):
-            raise TypeError("files is not a list")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EnvironmentProblem(f"{requirement}: {url} did not answer simple-API JSON") from exc
+    files = project_index(name, index=base, what=requirement)["files"]
     wheel = pick_wheel(files, name, version, arch)
     if wheel is None:
         raise UsageError(
@@ -128,6 +211,28 @@ def resolve(requirement: str, *, index: str | None = None, arch: str = "aarch64"
             "(check the version; source-only releases cannot be inspected)"
         )
     return wheel
+
+
+def stream(url: str, *, size: int | None = None, cap: int | None = None) -> Iterator[bytes]:
+    """The bytes at URL in chunks: stops past `size` (or `cap`), within a deadline that grows with the size.
+
+    EnvironmentProblem naming the URL on any failure. For callers outside this
+    module (sdists of the audit), so that every PyPI download is bounded the same way.
+    """
+    limit = size if size is not None else cap
+    deadline = http.Deadline(http.download_deadline_s(limit or 0))
+    try:
+        resp = http.send(_session(), "GET", url, deadline=deadline, timeout=deadline.timeout(*TIMEOUT))
+        if resp.status_code != 200:
+            resp.close()
+            raise EnvironmentProblem(f"{http.short_url(url)}: HTTP {resp.status_code}")
+        yield from http.iter_body(resp, deadline=deadline, url=url, cap=limit)
+    except http.TooLarge:
+        raise EnvironmentProblem(f"{http.short_url(url)}: more than the declared {limit} bytes") from None
+    except http.HttpProblem as exc:
+        raise EnvironmentProblem(str(exc)) from None
+    except requests.RequestException as exc:
+        raise EnvironmentProblem(f"{http.short_url(url)}: download failed ({exc.__class__.__name__})") from None
 
 
 def cached_path(wheel: WheelFile) -> Path:
@@ -149,7 +254,7 @@ def cached(wheel: WheelFile) -> Path | None:
 
 
 def download(wheel: WheelFile, progress: Progress | None = None) -> Path:
-    """Download into the cache, verifying size and sha256; returns the path."""
+    """Download into the cache, hashing as it streams and stopping at the declared size."""
     hit = cached(wheel)
     if hit is not None:
         return hit
@@ -160,28 +265,31 @@ def download(wheel: WheelFile, progress: Progress | None = None) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{wheel.filename}.", suffix=".part", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
-            try:
-                with _session().get(wheel.url, stream=True, timeout=TIMEOUT) as resp:
-                    if resp.status_code != 200:
-                        raise EnvironmentProblem(f"{wheel.url}: HTTP {resp.status_code}")
-                    for chunk in resp.iter_content(1 << 20):
-                        out.write(chunk)
-                        digest.update(chunk)
-                        got += len(chunk)
-                        if progress:
-                            progress(got, wheel.size)
-            except requests.RequestException as exc:
-                raise EnvironmentProblem(f"{wheel.filename}: download failed ({exc.__class__.__name__})") from exc
+            for chunk in stream(wheel.url, size=wheel.size):
+                out.write(chunk)
+                digest.update(chunk)
+                got += len(chunk)
+                if progress:
+                    progress(got, wheel.size)
         if got != wheel.size:
-            raise EnvironmentProblem(f"{wheel.filename}: got {got} bytes, the index says {wheel.size}")
+            raise EnvironmentProblem(f"{wheel.filename}: got {got} bytes, the index says {wheel.size} ({http.short_url(wheel.url)})")
         if digest.hexdigest() != wheel.sha256:
-            raise EnvironmentProblem(f"{wheel.filename}: sha256 mismatch (download corrupted or index changed)")
+            raise EnvironmentProblem(
+                f"{wheel.filename}: sha256 mismatch (download corrupted or index changed) ({http.short_url(wheel.url)})"
+            )
         os.replace(tmp, path)
         atomic.write_text(path.with_name(path.name + ".sha256"), wheel.sha256 + "\n")
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+class RangeReadError(OSError):
+    """A range read that failed: an OSError (zipfile expects one) whose filename is the URL."""
+
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(errno.EIO, message, http.short_url(url))
 
 
 class HttpRangeFile(io.RawIOBase):
@@ -220,27 +328,46 @@ class HttpRangeFile(io.RawIOBase):
 
     def _fetch(self, start: int, end: int) -> bytes:
         header = {"Range": f"bytes={start}-{end - 1}"}
+        deadline = http.Deadline(http.download_deadline_s(end - start))
         for attempt in range(self.retries + 1):
             try:
-                resp = self.http.get(self.url, headers=header, timeout=TIMEOUT)
+                resp = http.send(self.http, "GET", self.url, deadline=deadline, headers=header,
+                                 timeout=deadline.timeout(*TIMEOUT))  # fmt: skip
+            except http.HttpProblem as exc:
+                raise RangeReadError(self.url, exc.message) from None
             except requests.RequestException as exc:
-                if attempt == self.retries:
-                    raise OSError(f"range read of {self.url} failed ({exc.__class__.__name__})") from exc
+                if attempt == self.retries or deadline.left() < 0.5 * 2**attempt:
+                    raise RangeReadError(self.url, f"range read failed ({exc.__class__.__name__})") from None
                 time.sleep(0.5 * 2**attempt)
+                continue
+            if resp.status_code in http.RETRY_STATUSES and attempt < self.retries:
+                try:
+                    http.wait_to_retry(resp, deadline, attempt, 0.5, self.url)
+                except http.HttpProblem as exc:
+                    raise RangeReadError(self.url, exc.message) from None
                 continue
             if resp.status_code >= 500 and attempt < self.retries:
-                time.sleep(0.5 * 2**attempt)
+                resp.close()
+                time.sleep(min(0.5 * 2**attempt, max(0.0, deadline.left())))
                 continue
             if resp.status_code != 206:
-                raise OSError(f"range read of {self.url}: HTTP {resp.status_code}, expected 206")
+                resp.close()
+                raise RangeReadError(self.url, f"range read answered HTTP {resp.status_code}, expected 206")
             total = resp.headers.get("Content-Range", "").rpartition("/")[2]
             if total != str(self.size):
-                raise OSError(f"{self.url}: server size {total!r} differs from the declared {self.size}")
-            if len(resp.content) != end - start:
-                raise OSError(f"{self.url}: short range answer ({len(resp.content)} of {end - start} bytes)")
-            self.bytes_fetched += len(resp.content)
-            return resp.content
-        raise OSError(f"range read of {self.url} failed")
+                resp.close()
+                raise RangeReadError(self.url, f"server size {total[:40]!r} differs from the declared {self.size}")
+            try:
+                data = http.read_body(resp, deadline=deadline, url=self.url, cap=end - start)
+            except http.HttpProblem as exc:
+                raise RangeReadError(self.url, exc.message) from None
+            except requests.RequestException as exc:
+                raise RangeReadError(self.url, f"range read broke off ({exc.__class__.__name__})") from None
+            if len(data) != end - start:
+                raise RangeReadError(self.url, f"short range answer ({len(data)} of {end - start} bytes)")
+            self.bytes_fetched += len(data)
+            return data
+        raise RangeReadError(self.url, "range read failed")
 
     def readinto(self, buffer: Any) -> int:
         want = min(len(buffer), self.size - self.pos)

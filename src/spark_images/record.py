@@ -1,9 +1,11 @@
 """BuildRecord: one JSON document per build that every stage adds a section to.
 
-`build/NAME/record.json`. Sections: plan, audit, render, image, cubins,
-coherence, lock. Each stage section has at least `status` in
+`build/NAME/record.json`. Sections: validate, audit, render, build, cubins,
+coherence, lock, result. Each stage section has at least `status` in
 {"passed", "failed", "skipped", "error"} and, for skipped/failed, `reason`.
-Reports (terminal, Markdown, JSON) are rendered from the record alone.
+The line serialises it from the stage results at the end (`serialise`); it
+is an output, not what stages read. Reports (terminal, Markdown, JSON) are
+rendered from the record alone.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from spark_images import atomic
 from spark_images.errors import Problem, UsageError
 
 StageStatus = Literal["passed", "failed", "skipped", "error"]
-STAGE_ORDER: tuple[str, ...] = ("validate", "audit", "render", "build", "cubins", "coherence", "lock")
+STAGE_ORDER: tuple[str, ...] = ("validate", "audit", "render", "build", "cubins", "verdict", "coherence", "lock")
 
 
 def stage(status: StageStatus, reason: str = "", **details: Any) -> dict[str, Any]:

@@ -8,24 +8,71 @@ and the requirements lock the plan names.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import posixpath
+import re
+import shlex
 import shutil
+import tempfile
 from pathlib import Path
 
 import jinja2
 
-from spark_images import atomic
-from spark_images.errors import UsageError
+from spark_images import atomic, inputs
+from spark_images.errors import Problem, UsageError
 from spark_images.plan import BuildPlan
 
 TEMPLATE_PACKAGE = "spark_images"  # the templates ship inside the package (templates/)
 TEMPLATE_NAME = "Dockerfile.j2"
+CONTEXT_LIMIT = 16 * inputs.MiB  # a patch or lock copied into the build context
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LABEL_KEY = re.compile(r"[a-z0-9][a-z0-9.-]*[a-z0-9]")
 
 
-def _quote(value: object) -> str:
-    """A double-quoted Dockerfile/JSON string (no HTML escaping, unlike tojson)."""
-    return json.dumps(str(value), ensure_ascii=False)
+class UnsafeValue(UsageError):
+    """A plan value that no quoting can carry into a Dockerfile (a newline)."""
+
+
+def _one_line(value: object) -> str:
+    text = str(value)
+    if _CONTROL.search(text):
+        raise UnsafeValue(f"{inputs.short(repr(text), 120)}: a newline or control character cannot be written into a Dockerfile")
+    return text
+
+
+def _shown(text: str) -> str:
+    """A path for a message: itself, or its bounded repr when it holds a control character."""
+    return inputs.short(repr(text), 120) if _CONTROL.search(text) else text
+
+
+def dockerfile_string(value: object) -> str:
+    r"""A double-quoted Dockerfile string for ENV and LABEL: BuildKit unescapes \\, \" and
+    \$ inside double quotes, so the value arrives literally and nothing expands."""
+    text = _one_line(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+def shell_word(value: object) -> str:
+    """One word of a RUN line (POSIX shell quoting); the shell sees the value literally."""
+    return shlex.quote(_one_line(value))
+
+
+def json_string(value: object) -> str:
+    """An element of an exec-form JSON array (no HTML escaping, unlike tojson)."""
+    return json.dumps(_one_line(value), ensure_ascii=False)
+
+
+def _key(pattern: re.Pattern[str], what: str) -> object:
+    def check(value: object) -> str:
+        text = str(value)
+        if pattern.fullmatch(text) is None:
+            raise UnsafeValue(f"{inputs.short(repr(text), 120)} is not {what}")
+        return text
+
+    return check
 
 
 def _environment(template_dir: Path | None) -> jinja2.Environment:
@@ -42,7 +89,12 @@ def _environment(template_dir: Path | None) -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,  # a Dockerfile, not HTML
     )
-    env.filters["quote"] = _quote
+    env.filters["dq"] = dockerfile_string
+    env.filters["sh"] = shell_word
+    env.filters["json"] = json_string
+    env.filters["line"] = _one_line
+    env.filters["envkey"] = _key(_ENV_KEY, "an environment variable name")
+    env.filters["labelkey"] = _key(_LABEL_KEY, "a label key")
     env.filters["basename"] = posixpath.basename
     return env
 
@@ -56,6 +108,8 @@ def render_dockerfile(plan: BuildPlan, template_dir: Path | None = None) -> str:
         raise UsageError(f"{where}: template not found") from None
     except jinja2.UndefinedError as exc:
         raise UsageError(f"{where}: {exc}") from None
+    except UnsafeValue as exc:
+        raise UsageError(f"{_shown(plan.profile_path)}: {exc.problems[0].message}") from None
     # one trailing newline, no trailing blanks: stable bytes for golden files
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()) + "\n"
 
@@ -74,15 +128,87 @@ def context_files(plan: BuildPlan, base_dir: Path) -> dict[str, Path]:
     return files
 
 
-def write_render(plan: BuildPlan, out_dir: str | Path, base_dir: Path) -> tuple[Path, Path]:
-    """Write the build context into out_dir; `base_dir` resolves the plan's paths."""
-    out = Path(out_dir)
-    dockerfile = atomic.write_text(out / "Dockerfile", render_dockerfile(plan))
-    plan_file = atomic.write_text(out / "plan.json", plan_json(plan))
+def context_contents(plan: BuildPlan, base_dir: Path) -> dict[str, bytes]:
+    """Every file of the build context, in memory: name -> bytes. All reads and
+    checks happen here, before anything is written. A patch must still be the
+    bytes the plan hashed (its sha256 is in the labels)."""
+    contents = {"Dockerfile": render_dockerfile(plan).encode("utf-8"), "plan.json": plan_json(plan).encode("utf-8")}
+    hashes = {f"patches/{posixpath.basename(p.path)}": p.sha256 for p in plan.patches}
     for name, source in context_files(plan, base_dir).items():
+        if name in contents:
+            raise UsageError(f"{plan.profile_path}: {name}: two inputs have this name in the build context")
         if not source.is_file():
-            raise UsageError(f"{plan.profile_path}: {name}: {source} does not exist")
-        target = out / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-    return dockerfile, plan_file
+            raise UsageError(f"{plan.profile_path}: {name}: {inputs.display_path(source)} does not exist")
+        data = inputs.read_bytes(source, what="build context file", limit=CONTEXT_LIMIT)
+        if name in hashes and hashlib.sha256(data).hexdigest() != hashes[name]:
+            raise UsageError(f"{plan.profile_path}: {name}: {inputs.display_path(source)} changed since it was planned (re-run)")
+        contents[name] = data
+    return contents
+
+
+_OURS = {"Dockerfile", "plan.json", "patches", "requirements.lock"}
+
+
+def _replaceable(out: Path, shown: str) -> None:
+    """DIR may be replaced when it is absent, empty, or an earlier render: never a
+    folder holding anything else (`render -o .` must not take the cwd with it)."""
+    fix = "pass a new or empty directory"
+    if not out.exists() and not out.is_symlink():
+        ancestor = out.parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise UsageError(Problem(file=shown, field="", message=f"{inputs.display_path(ancestor)} is not a directory", fix=fix))
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise UsageError(Problem(file=shown, field="", message="exists and is not a directory", fix=fix))
+    others = sorted(p.name for p in out.iterdir() if p.name not in _OURS)
+    if others:
+        raise UsageError(Problem(file=shown, field="", fix=fix,
+                                 message=f"holds files render did not write ({inputs.short(', '.join(others), 120)})"))
+
+
+def write_render(plan: BuildPlan, out_dir: str | Path, base_dir: Path) -> tuple[Path, Path]:
+    """Write the build context into out_dir; `base_dir` resolves the plan's paths.
+
+    Writes happen last: everything is rendered and read first, then written into
+    a temporary directory beside out_dir and renamed into place, so a failure at
+    any point leaves out_dir as it was (absent, or the previous render)."""
+    given = Path(out_dir)
+    out = Path(os.path.abspath(given))  # `-o .` has a name and a parent too
+    _replaceable(out, inputs.display_path(given))
+    contents = context_contents(plan, base_dir)
+    parent = out.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    old: Path | None = None
+    try:
+        for name, data in contents.items():
+            target = tmp / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a build context is an ordinary folder
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
+            os.replace(out, old / "previous")
+        os.replace(tmp, out)
+    except BaseException:
+        restored = old is None
+        if old is not None:
+            try:
+                if not out.exists():
+                    os.replace(old / "previous", out)  # put the earlier render back
+                restored = True
+            except OSError:
+                pass  # keep it where it is rather than delete the user's render
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and restored:
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return given / "Dockerfile", given / "plan.json"
+

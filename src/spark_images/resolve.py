@@ -9,15 +9,21 @@ root for profiles/NAME.yaml).
 
 from __future__ import annotations
 
+import os
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_images import inputs, reqlock
 from spark_images import patches as patch_headers
-from spark_images import reqlock
-from spark_images.errors import Finding, Problem
+from spark_images.errors import Finding, Problem, SparkImagesError
 from spark_images.plan import BuildPlan, make_plan
 from spark_images.profiles import Profile, load_profile
 from spark_images.toolchain import check_profile
+
+PATCH_LIMIT = 4 * inputs.MiB  # a backport is a few KB; a lock ~100 KB
+LOCK_LIMIT = 4 * inputs.MiB
+_FIX_PATH = "paths are relative to the folder that holds profiles/"
 
 
 @dataclass(frozen=True)
@@ -28,16 +34,38 @@ class Resolved:
     base_dir: Path
 
 
+def inside_project(base: Path, rel: str) -> Path | None:
+    """The real path of REL under BASE, or None when it resolves outside BASE
+    (an absolute path, `..`, or a symlink anywhere on the way pointing out)."""
+    root = os.path.realpath(base)
+    real = os.path.realpath(os.path.join(root, rel))
+    return Path(real) if os.path.commonpath([root, real]) == root and real != root else None
+
+
+def read_project_file(profile: Profile, base: Path, rel: str, field: str, what: str, limit: int) -> tuple[str | None, list[Problem]]:
+    """The text of a file the profile names, or the one problem that stops it."""
+    real = inside_project(base, rel)
+    if real is None:
+        return None, [Problem(profile.path, field, f"{rel} resolves outside the project (a symlink or ..)",
+                              f"{_FIX_PATH}; keep the file inside it")]
+    if not real.exists():
+        return None, [Problem(profile.path, field, f"{rel} does not exist", _FIX_PATH)]
+    try:
+        return inputs.read_text(real, what=what, limit=limit), []
+    except SparkImagesError as exc:
+        reason = "; ".join(p.message for p in exc.problems)
+        return None, [Problem(profile.path, field, f"{rel} cannot be read ({reason})", _FIX_PATH)]
+
+
 def _lock_problems(profile: Profile, base: Path) -> list[Problem]:
     rel = profile.build.requirements_lock
     if not rel:
         return []
     field = "build.requirements_lock"
-    try:
-        text = (base / rel).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc})"
-        return [Problem(profile.path, field, f"{rel} {reason}", "generate it as the header of profiles/cu130.requirements.lock shows, or remove the field")]
+    text, problems = read_project_file(profile, base, rel, field, "requirements lock", LOCK_LIMIT)
+    if text is None:
+        fix = "generate it as the header of profiles/cu130.requirements.lock shows, or remove the field"
+        return [Problem(p.file, p.field, p.message, fix) if "does not exist" in p.message else p for p in problems]
     unusable = reqlock.usability_problem(text)
     if unusable:
         return [Problem(profile.path, field, f"{rel} {unusable}")]
@@ -56,6 +84,32 @@ def _lock_problems(profile: Profile, base: Path) -> list[Problem]:
     return found
 
 
+def _patch_problems(profile: Profile, base: Path, texts: dict[str, str]) -> list[Problem]:
+    """Read each patch (inside the project, a regular file); one basename per patch,
+    because the build context holds them side by side under patches/."""
+    problems: list[Problem] = []
+    first: dict[str, int] = {}
+    for i, rel in enumerate(profile.patches):
+        field = f"patches[{i}]"
+        name = posixpath.basename(rel)
+        if name in first:
+            problems.append(Problem(profile.path, field, f"{rel} has the same file name as patches[{first[name]}]",
+                                    "rename one of them: the build context keeps patches by file name"))
+            continue
+        first[name] = i
+        text, found = read_project_file(profile, base, rel, field, "patch", PATCH_LIMIT)
+        problems.extend(found)
+        if text is None:
+            continue
+        texts[rel] = text
+        if not patch_headers.declared_prs(text):
+            problems.append(Problem(
+                profile.path, field, f"{rel} declares no upstream PR",
+                "add a header line 'Backport-Of: vllm-project/vllm#N' before the diff", rule="patch-no-pr",
+            ))
+    return problems
+
+
 def base_dir_of(profile_path: str | Path) -> Path:
     return Path(profile_path).resolve().parent.parent
 
@@ -65,21 +119,7 @@ def resolve_profile(path: str | Path) -> Resolved:
     base = base_dir_of(path)
     problems = check_profile(profile)
     texts: dict[str, str] = {}
-    for i, rel in enumerate(profile.patches):
-        field = f"patches[{i}]"
-        source = base / rel
-        try:
-            text = source.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc})"
-            problems.append(Problem(profile.path, field, f"{rel} {reason}", "paths are relative to the folder that holds profiles/"))
-            continue
-        texts[rel] = text
-        if not patch_headers.declared_prs(text):
-            problems.append(Problem(
-                profile.path, field, f"{rel} declares no upstream PR",
-                "add a header line 'Backport-Of: vllm-project/vllm#N' before the diff", rule="patch-no-pr",
-            ))
+    problems.extend(_patch_problems(profile, base, texts))
     problems.extend(_lock_problems(profile, base))
     errors = [p for p in problems if p.severity == "error"]
     if errors:

@@ -20,12 +20,18 @@ def _detail(name: str, section: dict[str, Any]) -> str:
         ref = section.get("image") or section["digest"]
         secs = section.get("seconds")
         return f"{ref}" + (f" ({secs:.1f} s)" if isinstance(secs, int | float) else "")
-    if name == "cubins" and section.get("verdict"):
-        return f"verdict {section['verdict']}"
     if name == "audit" and "fixes_included" in section:
         return f"fixes included: {', '.join(f'#{n}' for n in section['fixes_included']) or 'none'}"
     if name == "lock" and section.get("path"):
-        return f"{section['path']}: {section.get('image', '')}"
+        state = f" ({section['state']})" if section.get("state") else ""
+        return f"{section['path']}: {section.get('image', '')}{state}"
+    if name == "cubins" and section.get("reused_from") and section.get("verdict"):
+        return f"verdict {section['verdict']} (reused: {section['reused_from']})"
+    if name == "cubins" and section.get("verdict"):
+        return f"verdict {section['verdict']}"
+    if name == "verdict" and section.get("verdict"):
+        reasons = section.get("reasons") or []
+        return f"{section['verdict']}" + (f" ({len(reasons)} reason{'s' if len(reasons) != 1 else ''})" if reasons else "")
     if name == "render" and section.get("dockerfile"):
         return str(section["dockerfile"])
     return ""

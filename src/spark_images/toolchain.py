@@ -14,9 +14,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from spark_images.errors import Problem
-from spark_images.profiles import HEX40, Profile
+from spark_images.profiles import HEX40, Profile, base_image_reference
 
 Severity = Literal["error", "warning"]
+Scope = Literal["profile", "image"]
+PROFILE: frozenset[Scope] = frozenset({"profile"})
+IMAGE: frozenset[Scope] = frozenset({"image"})
+BOTH: frozenset[Scope] = PROFILE | IMAGE
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,9 @@ class Rule:
     message: str  # str.format()-ed with the check's details
     fix: str
     why: str
+    # what the rule can judge: a profile (`validate`), the files of an image or
+    # wheel set (`check`), or both. One table serves both commands.
+    scope: frozenset[Scope] = PROFILE
 
 
 RULES: dict[str, Rule] = {
@@ -33,13 +40,13 @@ RULES: dict[str, Rule] = {
     for r in (
         Rule("cuda-too-old", "error",
              "CUDA {cuda} cannot build sm_121 code", "use CUDA 12.8 or newer (13.0 preferred)",
-             "no sm_121 target exists before CUDA 12.8 (guide 10.2; CMakeLists.txt:99-110)"),
+             "no sm_121 target exists before CUDA 12.8 (guide 10.2; CMakeLists.txt:99-110)", BOTH),
         Rule("arch-no-spark-target", "error",
              "arch list {arch!r} builds no code the Spark (sm_121) can run", "leave arch_list unset (derived: {derived}) or use {derived}",
-             "a list without 12.0f/12.1a/12.1 builds no Spark code"),
+             "a list without 12.0f/12.1a/12.1 builds no Spark code", BOTH),
         Rule("arch-gh200-example", "error",
              "arch list {arch!r} is the GH200/GB200 example of vLLM's Docker docs, not GB10", "use {derived}",
-             "guide 10.2: do not copy torch_cuda_arch_list='9.0 10.0+PTX'"),
+             "guide 10.2: do not copy torch_cuda_arch_list='9.0 10.0+PTX'", BOTH),
         Rule("arch-bare-120", "error",
              "arch list {arch!r} has only a plain 12.0 target, which skips the SM120 FP4/FP8 block-scaled kernels", "use {derived}",
              "block-scaled tensor-core kernels need an a or f target (fatbin facts; #41738, #36835)"),
@@ -51,13 +58,13 @@ RULES: dict[str, Rule] = {
              "TORCH_CUDA_ARCH_LIST syntax"),
         Rule("flashinfer-mismatch", "error",
              "flashinfer-python {python} and flashinfer-cubin {cubin} differ", "pin both to the same version (or cubin: null to rely on JIT)",
-             "flashinfer cubins are built per release"),
+             "flashinfer cubins are built per release", BOTH),
         Rule("known-bad-pin", "error",
              "{package}=={version} is known broken on the Spark: {reason}", "{fix}",
-             "upstream issue named in the message"),
+             "upstream issue named in the message", BOTH),
         Rule("removed-env-var", "warning",
              "{var} is removed or ignored on current vLLM", "drop it and pass {flag} to vllm serve instead",
-             "guide 10.4; vLLM warns 'Unknown vLLM environment variable detected'"),
+             "guide 10.4; vLLM warns 'Unknown vLLM environment variable detected'", BOTH),
         Rule("base-not-digest-pinned", "error",
              "base image {image!r} is not pinned by digest", "append @sha256:<digest> of the image you verified",
              "a tag can be re-pushed: two digests of nvidia/cuda:12.9.1-devel-ubuntu24.04 are pinned in public repositories"),
@@ -88,8 +95,31 @@ RULES: dict[str, Rule] = {
         Rule("native-libraries-empty", "error",
              "verify.native_libraries is empty, so nothing proves the image carries sm_121 code", "list at least the main library, e.g. vllm/_C*.so",
              "the cubin gate must name what it checks"),
+        # rules that only what is inside an image or wheel set can show (spark-images check)
+        Rule("no-nvcc-for-jit", "warning",
+             "flashinfer-python {version} is installed but there is no nvcc, so FlashInfer cannot JIT-compile {what}", "use a CUDA devel base (or the nvidia-cuda-nvcc wheel) so nvcc is on PATH or under CUDA_HOME",
+             "FlashInfer disables itself without cubins and without nvcc to JIT (guide 10.2)", IMAGE),
+        Rule("triton-ptxas-too-old", "error",
+             "Triton {triton} compiles with {ptxas} ({release}), which does not know sm_121a", "set TRITON_PTXAS_PATH to a CUDA 12.9+ ptxas in the image, e.g. /usr/local/cuda/bin/ptxas",
+             "Triton's bundled ptxas can predate sm_121a (guide 10.2)", IMAGE),
+        Rule("torch-cuda-major-mismatch", "error",
+             "torch {torch} is built for CUDA {torch_cuda}, but the CUDA toolkit is {cuda} ({where})", "install the torch build of the toolkit's CUDA major (e.g. the cu130 index for CUDA 13)",
+             "torch's CUDA runtime must match the toolkit's major version; JIT extensions are built with the toolkit", IMAGE),
+        Rule("cuda-mixed-toolkits", "warning",
+             "CUDA components of different releases: {components}", "pin every nvidia-cuda-*/nvjitlink/nvvm wheel to the toolkit's release {cuda}",
+             "PTX from newer tools cannot be JIT-compiled by an older driver, so each component must come from one release", IMAGE),
+        Rule("no-native-moe-kernels", "warning",
+             "{library}: {what}, so fused-MoE layers fall back to slower kernels", "use a vLLM build whose _moe_C carries sm_121 cubins (12.0f on CUDA 13, 12.1a on 12.8/12.9)",
+             "the fused-MoE kernels are compiled into vllm/_moe_C; without sm_121 cubins they JIT from PTX or are absent", IMAGE),
     )
 }
+
+
+
+def rules_for(scope: Scope) -> dict[str, Rule]:
+    """The rules one command applies: `validate` the profile ones, `check` the image ones."""
+    return {rule_id: rule for rule_id, rule in RULES.items() if scope in rule.scope}
+
 
 # CUDA line -> arch list. (first CUDA version, exclusive end, arch list)
 ARCH_BY_CUDA: tuple[tuple[tuple[int, int], tuple[int, int] | None, str], ...] = (
@@ -113,9 +143,10 @@ REMOVED_ENV_VARS: dict[str, str] = {
 
 MIN_TORCH = (2, 7)
 
-_ARCH_TOKEN = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
-_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
-_CUDA_TAG = re.compile(r"^(?:[\w.-]+/)*cuda:(\d+\.\d+(?:\.\d+)?)-(\w+)-")
+_ARCH_TOKEN = re.compile(r"(\d+)\.(\d+)([af]?)(\+PTX)?")  # full match
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")  # full match
+# nvidia/cuda tags: VERSION-[cudnn-]FLAVOR-OS, e.g. 13.0.2-devel-ubuntu24.04
+_CUDA_TAG = re.compile(r"(\d+\.\d+(?:\.\d+)?)-([\w.-]+)")
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -170,7 +201,7 @@ class ArchTarget:
 
 
 def parse_arch_target(token: str) -> ArchTarget | None:
-    m = _ARCH_TOKEN.match(token)
+    m = _ARCH_TOKEN.fullmatch(token)
     if not m:
         return None
     return ArchTarget(int(m.group(1)), int(m.group(2)), m.group(3), bool(m.group(4)))
@@ -216,16 +247,20 @@ def _check_arch(p: Profile, emit: Emit) -> Iterator[Problem]:
 
 
 def _check_base(p: Profile, emit: Emit) -> Iterator[Problem]:
+    """The rules hold for every spelling of the image: any registry (with a port, an
+    IPv6 host, a mirror) and any namespace, as long as the repository is `.../cuda`."""
     image = p.cuda.base_image
-    name = image.split("@", 1)[0]
-    if not _DIGEST.search(image):
+    ref = base_image_reference(image)
+    if ref is None:  # the schema refuses it first; nothing to judge here
+        return
+    if ref.digest is None or _DIGEST.fullmatch(ref.digest) is None:
         yield emit("base-not-digest-pinned", "cuda.base_image", image=image)
-    if name.endswith(":latest") or ":" not in name.rsplit("/", 1)[-1]:
+    if ref.tag is None or ref.tag == "latest":
         yield emit("base-latest", "cuda.base_image", image=image)
-    m = _CUDA_TAG.match(name)
-    if m:
-        tag_cuda, flavor = m.group(1), m.group(2)
-        if flavor != "devel":
+    m = _CUDA_TAG.fullmatch(ref.tag or "")
+    if ref.repository.rsplit("/", 1)[-1] == "cuda" and m:
+        tag_cuda, flavors = m.group(1), m.group(2).split("-")
+        if "devel" not in flavors:
             yield emit("base-not-devel", "cuda.base_image", image=image)
         if parse_version(tag_cuda) != parse_version(p.cuda.version)[: len(parse_version(tag_cuda))]:
             yield emit("base-cuda-mismatch", "cuda.base_image", tag_cuda=tag_cuda, cuda=p.cuda.version)
@@ -261,7 +296,7 @@ def _check_pins(p: Profile, emit: Emit) -> Iterator[Problem]:
             yield emit("known-bad-pin", field, package=package, version=version, reason=reason, fix=fix)
     if parse_version(p.torch.version)[:2] < MIN_TORCH:
         yield emit("torch-too-old", "torch.version", version=p.torch.version)
-    m = re.search(r"/cu(\d{2})(\d)/?$", p.torch.index_url)
+    m = re.search(r"/cu(\d{2})(\d)/?\Z", p.torch.index_url)
     if m and int(m.group(1)) != parse_version(p.cuda.version)[0]:
         yield emit(
             "torch-index-cuda-mismatch", "torch.index_url",

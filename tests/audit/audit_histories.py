@@ -50,11 +50,14 @@ class HistoryBuilder:
         parent: str | None = None,
         merge: tuple[str, ...] = (),
         name: str | None = None,
+        renames: dict[str, str] | None = None,
     ) -> str:
         """Add a commit on `branch`; returns its name (use `sha(name)` after build).
 
         `parent` starts the branch at another commit (a cut); `files` maps a
-        path to its new content, or None to delete it; no files = an empty commit.
+        path to its new content, or None to delete it; `renames` maps an old path
+        to its new one (a pure move: git's rename detection sees R100); no files
+        and no renames = an empty commit.
         """
         mark = f":{self._next}"
         self._next += 1
@@ -73,6 +76,8 @@ class HistoryBuilder:
         if start is not None:
             lines.append(f"from {self._ref(start)}")
         lines += [f"merge {self._ref(m)}" for m in merge]
+        for old, new in (renames or {}).items():
+            lines.append(f'R "{old}" "{new}"')
         for path, content in (files or {}).items():
             if content is None:
                 lines.append(f"D {path}")
@@ -137,11 +142,23 @@ def filler_files(i: int) -> dict[str, str | None]:
 #   number (only its `This reverts commit` body names it).
 # - #39825's effect is undone by #39959 (knowledge base `undone_by`), and
 #   #70001's file content is removed by #70002 (a content marker shape).
-# - #41215 is an empty commit: its tree equals its parent's.
+# - #41215 is an empty commit: its tree equals its parent's; its effect (the
+#   enable_sm120_family routing in the FP8 dispatch header) lands with #35568.
+# - #37221 moves the kernel headers under csrc/libtorch_stable/ (a rename commit),
+#   after v0.22.1rc0: the knowledge base's old paths are hints from then on.
+# - `v0.10.0.0` and `2024.06.25` are downstream tags that look like versions but
+#   are not vLLM releases (PyPI does not list them).
 # - #80001 is merged after the last cut.
 
 FP8_DISPATCH = "csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm120_fp8_dispatch.cuh"
+FP8_DISPATCH_NOW = "csrc/libtorch_stable/quantization/w8a8/cutlass/c3x/scaled_mm_sm120_fp8_dispatch.cuh"
+COMMON_HPP = "csrc/cutlass_extensions/common.hpp"
+COMMON_HPP_NOW = "csrc/libtorch_stable/cutlass_extensions/common.hpp"
 B12X_MOE = "vllm/model_executor/layers/fused_moe/experts/flashinfer_b12x_moe.py"
+B12X_LINEAR = "vllm/model_executor/kernels/linear/nvfp4/flashinfer.py"
+FP8_ROUTED = "template <typename K> using D = enable_sm120_family<K>;\n"
+# the releases PyPI lists for this history (the rc tags are not uploaded to PyPI)
+PYPI_RELEASES = ("0.19.0", "0.22.0", "0.22.1", "0.23.0")
 
 
 @dataclass
@@ -169,13 +186,15 @@ def build_vllm_like(path: Path) -> VllmLike:
         {
             "vllm/__init__.py": "__all__ = []\n",
             "CMakeLists.txt": 'set(CUDA_SUPPORTED_ARCHS "8.9;9.0;12.0")\n',
-            FP8_DISPATCH: "template <typename K> using D = enable_sm120_family<K>;\n",
+            FP8_DISPATCH: "template <typename K> using D = enable_sm120<K>;\n",
         },
         name="root",
     )
     filler(10)
     b.commit("main", "[Kernel] enable_sm120_family template for SM120/SM121 (#33517)",
-             {"csrc/cutlass_extensions/common.hpp": "template <typename Kernel>\nstruct enable_sm120_family : Kernel {};\n"}, name="p33517")
+             {COMMON_HPP: "template <typename Kernel>\nstruct enable_sm120_family : Kernel {};\n"}, name="p33517")
+    b.tag("v0.10.0.0", "main")  # downstream tags that look like versions
+    b.tag("2024.06.25", "main", annotated=True)
     b.commit("main", "[Build] Fix DGX Spark logic (#38126)",
              {"CMakeLists.txt": 'set(CUDA_SUPPORTED_ARCHS "8.9;9.0;10.0;12.0;12.1")\n'}, name="p38126")
     filler(3)
@@ -192,7 +211,8 @@ def build_vllm_like(path: Path) -> VllmLike:
     filler(2)
     b.commit("main", "Merge branch 'side' (#60003)", {"docs/a.md": "a\n", "docs/b.md": "b\n"}, merge=("side2",), name="merge")
     b.commit("main", "[Kernel] Integrate FlashInfer b12x MoE + FP4 GEMM for SM120/121 (#40082)",
-             {B12X_MOE: "from flashinfer import b12x_fused_moe\n"}, name="p40082")
+             {B12X_MOE: "from flashinfer import b12x_fused_moe\n",
+              B12X_LINEAR: "class FlashInferB12xNvFp4LinearKernel(NvFp4LinearKernel):\n    pass\n"}, name="p40082")
     b.commit("main", "[Kernel] Route per-tensor FP8 through enable_sm120_family on SM12.1 (#41215)", name="p41215")
     b.commit("main", "[Misc] Risky change (#50001)", {"vllm/risky.py": "RISKY = True\n"}, name="p50001")
     b.commit("main", "[Misc] Body-revert target (#52001)", {"vllm/body.py": "X = 1\n"}, name="p52001")
@@ -200,7 +220,7 @@ def build_vllm_like(path: Path) -> VllmLike:
     b.tag("v0.22.0rc1", "main")
     cut1 = b.tips["main"]
     b.commit("main", "[Bugfix] Fix incorrect SM121 exclusion from Marlin/CUTLASS FP8 paths (#35568)",
-             {"vllm/fp8.py": "SM121 = True\n"}, name="p35568")
+             {"vllm/fp8.py": "SM121 = True\n", FP8_DISPATCH: FP8_ROUTED}, name="p35568")
     b.commit("main", "[Bugfix] Quiet warning (#36000)", {"vllm/warn.py": "QUIET = True\n"}, name="p36000")
     b.commit("main", 'Revert "[Misc] Risky change (#50001)" (#50003)', {"vllm/risky.py": None}, name="r50001")
     b.commit("main", "[Feature] Add FEATURE_X (#70001)", {"vllm/feature.py": "FEATURE_X = 1\n"}, name="p70001")
@@ -211,6 +231,8 @@ def build_vllm_like(path: Path) -> VllmLike:
              {"CMakeLists.txt": 'set(CUDA_SUPPORTED_ARCHS "8.9;9.0;10.0;12.0;12.1")\nset(MARLIN_MOE_ARCHS "8.9;12.0;12.1")\n'},
              name="p40923")
     b.tag("v0.22.1rc0", "main")
+    b.commit("main", "[Build] Move the CUTLASS kernels under csrc/libtorch_stable (#37221)",
+             renames={FP8_DISPATCH: FP8_DISPATCH_NOW, COMMON_HPP: COMMON_HPP_NOW}, name="p37221")
     b.commit("main", "[Refactor] Drop FEATURE_X (#70002)", {"vllm/feature.py": "# gone\n"}, name="p70002")
     b.commit("main", "[Core] Fix async-decode output-placeholder underflow (#48245)", {"vllm/sched.py": "OK = 1\n"}, name="p48245")
     b.commit("main", "[Misc] Flaky thing (#51001)", {"vllm/flaky.py": "F = 1\n"}, name="p51001")
@@ -226,7 +248,7 @@ def build_vllm_like(path: Path) -> VllmLike:
     b.commit("releases/v0.19.0", "[Release] Bump version (#39000)", {"vllm/version.txt": "0.19.0\n"}, parent=cut019)
     b.tag("v0.19.0", "releases/v0.19.0", annotated=True)
     b.commit("releases/v0.22.0", "[Bugfix] Fix incorrect SM121 exclusion from Marlin/CUTLASS FP8 paths (#35568)",
-             {"vllm/fp8.py": "SM121 = True\n"}, body=f"(cherry picked from commit {b.sha('p35568')})", parent=cut1, name="c35568")
+             {"vllm/fp8.py": "SM121 = True\n", FP8_DISPATCH: FP8_ROUTED}, body=f"(cherry picked from commit {b.sha('p35568')})", parent=cut1, name="c35568")
     b.commit("releases/v0.22.0", "[Bugfix] Quiet warning (#36000)", {"vllm/warn.py": "QUIET = True\n"}, name="c36000")
     b.commit("releases/v0.22.0", "[Release] Pick the FEATURE_X change",
              {"vllm/feature.py": "FEATURE_X = 1\n"}, body=f"(cherry picked from commit {b.sha('p70001')})", name="c70001")

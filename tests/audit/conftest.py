@@ -1,16 +1,40 @@
-"""Fixtures of the audit tests: the vLLM-shaped history (see audit_histories.py)."""
+"""Fixtures of the audit tests: the vLLM-shaped history (see audit_histories.py)
+and a PEP 691 index on loopback listing its releases (see pypi_index.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from audit_histories import VllmLike, build_vllm_like
+from audit_histories import PYPI_RELEASES, VllmLike, build_vllm_like, git
+from pypi_index import LocalIndex, serve
 
 
 @pytest.fixture(scope="session")
 def vllm_like(tmp_path_factory: pytest.TempPathFactory) -> VllmLike:
     return build_vllm_like(tmp_path_factory.mktemp("vllm-like") / "repo")
+
+
+def release_commits(repo: Path) -> dict[str, str]:
+    return {v: git(repo, "rev-parse", f"v{v}^{{commit}}").strip() for v in PYPI_RELEASES}
+
+
+@pytest.fixture(scope="session")
+def vllm_index(vllm_like: VllmLike) -> Iterator[LocalIndex]:
+    """PyPI for the fixture history: its four releases, each sdist naming its commit."""
+    with serve() as index:
+        index.publish(release_commits(vllm_like.path))
+        yield index
+
+
+@pytest.fixture(autouse=True)
+def _audit_environment(vllm_index: LocalIndex, tmp_path_factory: pytest.TempPathFactory,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every audit test asks the loopback index, and caches outside the user's home."""
+    monkeypatch.setenv("SPARK_IMAGES_PYPI_SIMPLE", vllm_index.simple)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "audit-cache"))
 
 
 @pytest.fixture()

@@ -186,18 +186,22 @@ def test_cache_clone_is_treeless_bare_and_fetched_incrementally(
     # upstream moves on: a commit the cache lacks is fetched on demand
     newer = HistoryBuilder(tmp_path / "work")
     git(tmp_path, "clone", "-q", str(upstream), str(newer.path))
-    git(newer.path, "-c", "user.name=D", "-c", "user.email=d@x", "commit", "-q", "--allow-empty", "-m", "[Misc] Later (#90001)")
+    (newer.path / "vllm" / "later.py").write_text("LATER = 1\n")
+    git(newer.path, "add", "vllm/later.py")
+    git(newer.path, "-c", "user.name=D", "-c", "user.email=d@x", "commit", "-q", "-m", "[Misc] Later (#90001)")
     git(newer.path, "push", "-q", "origin", "HEAD:main")
     head = git(newer.path, "rev-parse", "HEAD").strip()
     code, out, _ = run_cli(capsys, head, "--fix", "90001", "--json")
     assert code == 0 and json.loads(out)["fixes"][0]["state"] == "included"
     # upstream gone (offline): history questions need no lazy fetch; markers, which
-    # need file contents, are reported unverified rather than failed
+    # need file contents, are unverified rather than failed, so the effect is unproven
+    # (in the history, but not counted as present by a gate)
     upstream.rename(tmp_path / "gone.git")
     code, out, _ = run_cli(capsys, "v0.22.1rc0", "--fix", "40082", "--json")
     fix = json.loads(out)["fixes"][0]
-    assert code == 0 and fix["state"] == "included"
+    assert code == 1 and fix["state"] == "effect-unproven"
     assert any(e.startswith("marker unverified") for e in fix["evidence"])
+    assert any("in the history, effect unproven" in e for e in fix["evidence"])
 
 
 def test_entry_point_never_prints_a_traceback(tmp_path: Path) -> None:

@@ -86,8 +86,11 @@ def test_rc0_on_main_after_the_cut_has_a_pr_the_final_lacks(vllm_like: VllmLike)
 def test_first_release_counts_cherry_picks(vllm_like: VllmLike) -> None:
     fix = audit(vllm_like, "main", [35568]).get(35568)
     assert fix is not None
-    # in v0.22.0 only as a cherry-pick; on main only after the v0.22.0rc1 tag
-    assert (fix.first_release, fix.first_rc) == ("v0.22.0", "v0.22.1rc0")
+    # in v0.22.0 only as a cherry-pick; on main only after the v0.22.0rc1 tag, so the
+    # first tagged build of any kind is the v0.22.0 final (first_rc is never later
+    # than first_release: the v0.22.1rc0 tag came after the v0.22.0 final shipped it)
+    assert (fix.first_release, fix.first_rc) == ("v0.22.0", "v0.22.0")
+    assert (fix.first_release_at_most, fix.unchecked_releases) == (None, ())
 
 
 def test_revert_after_the_cut_reverts_on_main_but_not_in_the_earlier_release(vllm_like: VllmLike) -> None:

@@ -3,7 +3,11 @@
 Everything here is real: the base is the debootstrapped arm64 Debian image
 plus the real aarch64 nvcc/ptxas from PyPI's nvidia-cuda-nvcc wheel (checked
 by sha256), the wheel's library is compiled by the real nvcc, and the wheel
-is served over HTTP to the build containers on the engine's bridge gateway.
+is served over HTTPS to the build containers on the engine's bridge gateway,
+by a server whose certificate a test CA signed (made here with the real
+openssl). Profiles accept https or file URLs only, so the build reaches the
+wheel exactly as a user's build reaches a private index: trusting that CA
+through `--ca-cert`, whose bundle is the host's own plus the test CA.
 
 One honest limit: the host's nvcc is x86_64, so the test library's host code
 is x86_64 while the image is arm64. The cubin gate reads GPU code only (the
@@ -16,6 +20,7 @@ import hashlib
 import http.server
 import io
 import os
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -36,7 +41,8 @@ NVCC_WHEEL_URL = (
 NVCC_WHEEL_SHA256 = "c7ff28f86a24effdc6c034fa15230c549a273e4771b10a7fec14996f8cf3307f"
 CUDA_BASE = "spark-images-test/cuda:13.0-devel-bookworm-arm64"
 TEST_COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"
-CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+TEST_CA_DIR = CACHE / "test-ca"
 # One SOURCE_DATE_EPOCH for every test build (no vLLM history is reachable in tests).
 TEST_EPOCH = "1767225600"  # 2026-01-01T00:00:00Z
 CLI = "import sys; from spark_images.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -69,6 +75,43 @@ class WheelServer:
 
 def _bridge_gateway() -> str:
     return _docker("network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}")
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def _test_ca_bundle() -> Path:
+    """The host's CA bundle plus a test CA (made once, cached): what `--ca-cert` gets."""
+    key, cert, bundle = TEST_CA_DIR / "ca.key", TEST_CA_DIR / "ca.pem", TEST_CA_DIR / "bundle.pem"
+    if not cert.is_file():
+        TEST_CA_DIR.mkdir(parents=True, exist_ok=True)
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                 "-days", "3650", "-subj", "/CN=spark-images test CA",
+                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")  # fmt: skip
+    host = HOST_CA_BUNDLE.read_text() if HOST_CA_BUNDLE.is_file() else ""
+    text = host + ("" if host.endswith("\n") or not host else "\n") + cert.read_text()
+    if not bundle.is_file() or bundle.read_text() != text:
+        tmp = bundle.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(bundle)
+    return bundle
+
+
+CA_BUNDLE = _test_ca_bundle()
+
+
+def server_tls_context(ip: str, workdir: Path) -> ssl.SSLContext:
+    """A TLS context for a server at `ip`, its certificate signed by the test CA."""
+    key, csr, cert = workdir / "server.key", workdir / "server.csr", workdir / "server.pem"
+    ext = workdir / "server.ext"
+    ext.write_text(f"subjectAltName=IP:{ip},IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={ip}")
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(TEST_CA_DIR / "ca.pem"), "-CAkey", str(TEST_CA_DIR / "ca.key"),
+             "-CAcreateserial", "-out", str(cert), "-days", "30", "-extfile", str(ext))  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    return context
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

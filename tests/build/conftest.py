@@ -28,6 +28,7 @@ from build_helpers import (
     _QuietHandler,
     compile_library,
     make_vllm_wheel,
+    server_tls_context,
 )
 
 
@@ -75,15 +76,18 @@ def cuda_test_base(
 
 @pytest.fixture(scope="session")
 def wheel_server(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WheelServer]:
-    """A plain HTTP file server the build containers reach on the bridge gateway."""
+    """An HTTPS file server the build containers reach on the bridge gateway (test CA)."""
     directory = tmp_path_factory.mktemp("wheels")
+    gateway = _bridge_gateway()
+    context = server_tls_context(gateway, tmp_path_factory.mktemp("tls"))
     handler = functools.partial(_QuietHandler, directory=str(directory))
     server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     port = server.server_address[1]
     try:
-        yield WheelServer(directory, f"http://{_bridge_gateway()}:{port}")
+        yield WheelServer(directory, f"https://{gateway}:{port}")
     finally:
         server.shutdown()
 

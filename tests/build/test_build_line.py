@@ -96,6 +96,20 @@ def test_build_pushes_by_digest_and_writes_the_lock(
     assert record["coherence"]["status"] == "skipped" and "sm_121" in record["coherence"]["reason"]
     assert entry["coherence"] == {"status": "skipped", "reason": record["coherence"]["reason"]}
     assert entry["audit"]["status"] == record["audit"]["status"]
+    # the record's verdict is `check` of the built archive, from the cubin stage's one read: the
+    # test image installs no torch, so `check` calls it broken for that (a package reason, which
+    # the profile's cubin gate governs: the line went on)
+    verdict = record["verdict"]
+    assert verdict["status"] == "passed" and verdict["kind"] == "oci-archive" and verdict["digest"] == digest
+    assert verdict["verdict"] == "broken", verdict["reasons"]
+    broken = [r for r in verdict["reasons"] if r["impact"] == "broken"]
+    assert any(r["subject"] == "torch" and "not installed" in r["line"] for r in broken), broken
+    assert not [r for r in broken if r["rule"]], broken  # no toolchain rule fails
+    assert any(lib["path"].endswith("vllm/_C.abi3.so") and lib["native"] for lib in verdict["device_code"]["libraries"])
+    # the build's own audit is the check's `fixes` (the history is not read twice)
+    assert (verdict["fixes"]["status"] == "skipped") == (record["audit"]["status"] == "skipped"), verdict["fixes"]
+    report_md = (passing.root / "build" / "line" / "report.md").read_text()
+    assert f"**{verdict['verdict']}**" in report_md and "torch: not installed" in report_md
     assert entry["created"] == "2026-01-01T00:00:00Z" and entry["source_date_epoch"] == int(TEST_EPOCH)
     assert entry["arch_list"] == "12.0f" and entry["cuda_line"] == "cu130"
     # the BuildKit cache went to the local directory given with --cache
@@ -254,3 +268,47 @@ def test_interrupt_leaves_no_partial_record_or_lock(
     # nothing half-written anywhere in the project
     assert not [p for p in project.root.rglob("*.tmp")]
     assert os.listdir(project.root / "profiles")
+
+
+def test_push_is_by_digest_only_and_creates_no_tag(
+    first_build: subprocess.CompletedProcess[str], passing: LineProject, ca_bundle: tuple[Path, str],
+    local_registry: str, tmp_path: Path,
+) -> None:
+    assert first_build.returncode == 0
+    # a repository of its own, so no earlier run's tag can be mistaken for this one's
+    repo = f"spark-images-test/notag-{os.getpid()}-{int(time.time())}"
+    proc = passing.run(
+        "build", "profiles/line.yaml", "--push", f"{local_registry}/{repo}", "--ca-cert", str(ca_bundle[0]),
+        "--lock", str(tmp_path / "l.json"), "--build-dir", str(tmp_path / "b"), "--cache", "bkcache",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    digest = json.loads((tmp_path / "b" / "record.json").read_text())["build"]["digest"]
+    assert _registry_digest(local_registry, repo, digest) == digest  # the manifest is there, by digest
+    listed = requests.get(f"http://{local_registry}/v2/{repo}/tags/list", timeout=30)
+    # distribution answers NAME_UNKNOWN for a repository that holds manifests but no tag
+    tags = [] if listed.status_code == 404 else (listed.json().get("tags") or [])
+    assert listed.status_code in (200, 404) and tags == [], listed.text
+    entry = json.loads((tmp_path / "l.json").read_text())["images"]["line"]
+    assert entry["state"] == "candidate" and entry["tags"] == []
+    # and a tag in --push is refused before anything is built or pushed
+    refused = passing.run("build", "profiles/line.yaml", "--push", f"{local_registry}/{repo}:cu130")
+    assert refused.returncode == 2 and "spark-images publish" in refused.stdout + refused.stderr
+    assert requests.get(f"http://{local_registry}/v2/{repo}/tags/list", timeout=30).status_code == 404
+
+
+def test_an_unresolvable_wheel_host_is_exit_2_quoting_the_build_line(
+    make_project: Callable[..., LineProject], ca_bundle: tuple[Path, str]
+) -> None:
+    project = make_project("nodns", SM121)
+    text = project.profile.read_text()
+    text = re.sub(r"url: \S+\.whl", "url: https://nonexistent.invalid/vllm-0.29.0-py3-none-any.whl", text)
+    project.profile.write_text(text)
+    proc = project.run("build", "profiles/nodns.yaml", "--ca-cert", str(ca_bundle[0]), "--lock", str(project.lock))
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
+    reason = _record(project, "nodns")["build"]["reason"]
+    assert _record(project, "nodns")["build"]["status"] == "error"
+    assert "does not resolve" in reason and "--ca-cert" not in reason
+    # the step's own line, as BuildKit printed it (`#N SECONDS ...`)
+    assert re.search(r"`#\d+ \d+\.\d+ .*(Name or service not known|Temporary failure in name resolution)", reason), reason
+    assert "does not resolve" in proc.stdout
+    assert not project.lock.exists()

@@ -120,7 +120,7 @@ def test_ab_against_a_known_good_backend() -> None:
         {**_result("auto", "passed", 70.0), "reasons": [], "warnings": []},
     ]
     opts = GateOptions(ab_reference="marlin", ab_tokens=4)
-    apply_ab(results, {0: good, 1: close, 2: wrong}, "marlin", opts)
+    results = apply_ab(results, {0: good, 1: close, 2: wrong}, "marlin", opts)
     assert "ab" not in results[0]
     assert results[1]["status"] == "passed" and results[1]["ab"]["diverged"] == []
     assert results[2]["status"] == "failed" and "A/B against marlin" in results[2]["reasons"][0]
@@ -133,6 +133,6 @@ def test_ab_without_a_passing_reference_warns() -> None:
         {**_result("marlin", "failed", None), "reasons": ["x"], "warnings": []},
         {**_result("auto", "passed", 70.0), "reasons": [], "warnings": []},
     ]
-    apply_ab(results, {0: [], 1: []}, "marlin", GateOptions(ab_reference="marlin"))
+    results = apply_ab(results, {0: [], 1: []}, "marlin", GateOptions(ab_reference="marlin"))
     assert results[1]["status"] == "passed" and results[1]["ab"]["status"] == "skipped"
     assert any("A/B" in w for w in results[1]["warnings"])

@@ -237,3 +237,68 @@ def test_cli_bad_audit_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     _, err = capsys.readouterr()
     assert code == 2
     assert "--pinned" in err and "not JSON" in err and "Traceback" not in err
+
+
+# -- every new release and rc, effect-unproven, discovered PRs ----------------------------
+
+
+def test_effect_unproven_decides_nothing() -> None:
+    pinned = audit("p", PINNED, {**BASE, 50001: "absent", 50002: "included"})
+    release = audit("v0.33.0", RELEASE, {**BASE, 50001: "effect-unproven", 50002: "effect-unproven"})
+    diff = monitor.diff_audits(pinned, release)
+    assert diff.gained == () and diff.lost == ()
+    assert [(c.pr, c.after) for c in diff.unverified] == [(50001, "effect-unproven"), (50002, "effect-unproven")]
+    assert not monitor.decide_bump(diff, "0.29.0", "0.33.0").bump
+
+
+def test_choose_the_newest_final_that_gains_a_fix_rcs_never_bump() -> None:
+    pinned = audit("p", PINNED, {**BASE, 50001: "absent", 50002: "absent"}, required=(40082,))
+    releases = [
+        ("0.30.0", audit("v0.30.0", "1" * 40, {**BASE, 50001: "included", 50002: "absent"}), "r30"),
+        ("0.31.0", audit("v0.31.0", "2" * 40, {**BASE, 40082: "reverted", 50001: "included", 50002: "included"}), "r31"),
+        ("0.32.0rc0", audit("v0.32.0rc0", "3" * 40, {**BASE, 50001: "included", 50002: "included"}), "rc"),
+    ]
+    chosen, candidates = monitor.choose_release(pinned, releases, "0.29.0")
+    assert chosen is not None and chosen.version == "0.30.0"  # 0.31.0 loses the required #40082
+    assert [c.decision.bump for c in candidates] == [True, False, False]
+    assert "not a final release" in candidates[2].decision.reason
+    body = monitor.render_pr_body("cu130", "0.29.0", chosen.version, chosen.diff, chosen.decision, others=candidates,
+                                  discovered=[{"pr": 90103, "title": "[Quant] Route FP8 (#90103)", "commit": "ab" * 20,
+                                               "evidence": "diff adds 'is_device_capability_family(120)'"}])
+    rc_section = body.split("### In 0.32.0rc0")[1].split("###")[0]
+    assert "#50002" in rc_section and "#50001" not in rc_section
+    assert "### Spark-relevant PRs not in the knowledge base" in body and "#90103 `abababababab`" in body
+    # nothing gains: the newest final is reported with its reason
+    none, _ = monitor.choose_release(pinned, [("0.30.0", audit("v0.30.0", "1" * 40, {**BASE, 50001: "absent"}), "r")], "0.29.0")
+    assert none is not None and not none.decision.bump
+
+
+def test_cli_with_several_releases_and_discovered(
+    tmp_path: Path, simple_index: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "profiles" / "cu130.yaml"
+    profile.parent.mkdir()
+    shutil.copy(ROOT / "profiles" / "cu130.yaml", profile)
+    pinned = _write(tmp_path / "pinned.json", audit(str(profile), PINNED, {**BASE, 50001: "absent"}))
+    rc = _write(tmp_path / "rc.json", audit("v0.34.0rc0", "d" * 40, {**BASE, 50001: "included"}))
+    release = _write(tmp_path / "release.json", audit("v0.33.0", RELEASE, {**BASE, 50001: "included"}))
+    main_doc = audit("main", MAIN, {**BASE, 50001: "included"})
+    main_doc["discovered"] = [{"pr": 90101, "title": "[Kernel] GB10 tuning (#90101)", "commit": "e" * 40,
+                               "evidence": "subject names GB10 ('GB10')"}]
+    on_main = _write(tmp_path / "main.json", main_doc)
+    monkeypatch.setenv("SPARK_IMAGES_PYPI_SIMPLE", simple_index)
+    code = standalone([str(profile), "--pinned", str(pinned), "--release", str(rc), "--release", str(release),
+                       "--main", str(on_main), "--body", str(tmp_path / "body.md"), "--apply", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["bump"] is True and doc["release_version"] == "0.33.0"
+    assert [(c["version"], c["bump"]) for c in doc["candidates"]] == [("0.34.0rc0", False), ("0.33.0", True)]
+    assert doc["discovered"][0]["pr"] == 90101
+    assert "#90101" in (tmp_path / "body.md").read_text()
+    # only an rc (or nothing) new today: no bump, exit 0, the body still lists what the rc and main carry
+    code = standalone([str(profile), "--pinned", str(pinned), "--release", str(rc), "--main", str(on_main),
+                       "--body", str(tmp_path / "none.md"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["bump"] is False and "no final release" in doc["decision"]["reason"]
+    assert "#90101" in (tmp_path / "none.md").read_text()

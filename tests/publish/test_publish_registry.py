@@ -22,6 +22,8 @@ from spark_images.registry.tags import TagClient
 
 pytestmark = pytest.mark.registry
 
+# what `spark-images coherence --json` records for a combination that passed every check
+PASSED_COMBOS = [{"model": "org/m", "moe_backend": "auto", "status": "passed", "reasons": [], "warnings": []}]
 ACCEPT = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json"
 
 
@@ -140,12 +142,12 @@ def test_spark_gate_result_replaces_the_skipped_coherence_gate(
     gate = tmp_path / "coherence.json"
 
     # a gate that ran on another digest proves nothing about this one
-    gate.write_text(json.dumps({"status": "passed", "image": f"{repository}@{other}", "gpu": "sm_121"}))
+    gate.write_text(json.dumps({"status": "passed", "image": f"{repository}@{other}", "gpu": "sm_121", "combinations": PASSED_COMBOS}))
     code, _, err = publish(capsys, "cu130", "--tag", "cu130", "--coherence", str(gate), "--lock", str(lock))
     assert code == 1 and "not on the locked digest" in err
     assert resolve(repository, "cu130") is None and lock.read_bytes() == before
 
-    gate.write_text(json.dumps({"status": "passed", "image": f"{repository}@{digest}", "gpu": "sm_121"}))
+    gate.write_text(json.dumps({"status": "passed", "image": f"{repository}@{digest}", "gpu": "sm_121", "combinations": PASSED_COMBOS}))
     code, _, err = publish(capsys, "cu130", "--tag", "cu130", "--coherence", str(gate), "--lock", str(lock))
     assert code == 0, err
     assert resolve(repository, "cu130") == digest

@@ -160,7 +160,8 @@ def test_lock_pr_body_names_digest_gates_and_tags(good: dict[str, Any]) -> None:
 
 
 def test_gate_result_must_pass_on_the_locked_digest_on_a_real_gpu() -> None:
-    passed = {"status": "passed", "image": f"ghcr.io/spark/vllm@{DIGEST_A}", "gpu": "sm_121 (NVIDIA GB10)"}
+    passed = {"status": "passed", "image": f"ghcr.io/spark/vllm@{DIGEST_A}", "gpu": "sm_121 (NVIDIA GB10)",
+              "combinations": [{"model": "org/m", "status": "passed", "reasons": []}]}  # fmt: skip
     assert rules.gate_result_problems(passed, DIGEST_A, "gate.json") == []
     # a build record carrying the section works the same way
     assert rules.gate_result_problems({"profile": "cu130", "coherence": passed}, DIGEST_A, "r.json") == []

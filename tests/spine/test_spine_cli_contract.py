@@ -148,8 +148,10 @@ def test_cubins_tolerates_junk_files_and_empty_folders(junk: Path, tmp_path: Pat
     for target in ("corrupt.so", "empty", "full.whl"):
         run = _cli(tmp_path, "cubins", str(junk / target), "--json")
         run.assert_clean_errors()
-        assert run.code == 0, run.err  # nothing required: a report, not an error
+        # nothing runs natively on the GPU: a finding (exit 1), still one report
+        assert run.code == 1, run.err
         assert run.one_json_document()["verdict"] == "no-gpu-code"
+        assert str(junk / target) in run.err
 
 
 @pytest.mark.registry
@@ -207,7 +209,7 @@ def test_cubins_on_a_named_file_that_is_not_elf_reports_it_unreadable(tmp_path: 
         [sys.executable, "-m", "spark_images", "cubins", str(text_so), "--json"],
         capture_output=True, text=True, timeout=120, check=False,
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # no-gpu-code is a finding
     doc = json.loads(proc.stdout)
     assert doc["verdict"] == "no-gpu-code"
     assert [u["path"] for u in doc["unreadable"]] == ["libnot.so"]

@@ -1,13 +1,24 @@
-"""One-line problems of the audit: `WHERE: message` text -> Problem(file=WHERE)."""
+"""One-line problems of the audit: `WHERE: message` text -> Problem(file=WHERE).
+
+Both parts are clipped: a target, ref or URL comes from the user or a server
+and must never make a message unbounded."""
 
 from __future__ import annotations
 
 from spark_images.errors import Problem
+
+_WHERE_MAX = 200
+_MESSAGE_MAX = 600
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def problem(text: str, fix: str = "") -> Problem:
     """Split the leading `WHERE: ` (a path, URL or target) into the problem's file."""
     where, sep, message = text.partition(": ")
     if not sep or not where or " " in where.strip():
-        return Problem(file="audit", field="", message=text, fix=fix)
-    return Problem(file=where, field="", message=message, fix=fix)
+        return Problem(file="audit", field="", message=_clip(text, _MESSAGE_MAX), fix=fix)
+    return Problem(file=_clip(where, _WHERE_MAX), field="", message=_clip(message, _MESSAGE_MAX), fix=fix)

@@ -9,16 +9,19 @@ the file system (profiles, patches); `history.py` and `states.py` decide.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from spark_images.audit import git as gitmod
 from spark_images.audit._problems import problem
+from spark_images.audit.discover import discover
+from spark_images.audit.firsts import FirstShipped, Release, first_shipped, release_list
 from spark_images.audit.history import (
     HistoryIndex,
     Presence,
     View,
     build_index,
+    contains,
     make_view,
     presence,
     revert_of_subject,
@@ -26,14 +29,12 @@ from spark_images.audit.history import (
     truncated_at,
 )
 from spark_images.audit.knowledge import KnowledgeBase, load_knowledge
-from spark_images.audit.releases import (
-    first_release_and_rc,
-    parse_tag,
-    parse_version_file,
-    sdist_commit,
-    tag_candidates,
-)
-from spark_images.audit.states import AuditReport, FixResult, MarkerResult, check_marker, decide
+from spark_images.audit.main_cache import main_commits
+from spark_images.audit.markers import check_fixes
+from spark_images.audit.pypi_releases import Catalog, load_catalog
+from spark_images.audit.releases import parse_tag, sdist_commit, tag_candidates
+from spark_images.audit.sources import read_installed, read_patches, read_profile
+from spark_images.audit.states import AuditReport, FixResult, MarkerResult, decide
 from spark_images.audit.targets import TargetSpec, classify, path_exists
 from spark_images.errors import EnvironmentProblem, UsageError
 
@@ -92,8 +93,10 @@ class Resolved:
 class Auditor:
     """Audits any number of targets against one history, gathering main once."""
 
-    def __init__(self, history: History, kb: KnowledgeBase | None = None) -> None:
+    def __init__(self, history: History, kb: KnowledgeBase | None = None, catalog: Catalog | None = None) -> None:
         self.history = history
+        self._catalog = catalog
+        self._releases: list[Release] | None = None
         self.repo = history.repo
         self.kb = kb or load_knowledge()
         self._main: tuple[str | None, list] | None = None
@@ -141,10 +144,16 @@ class Auditor:
             return Resolved(sha, notes=(note,))
         if spec.kind == "profile":
             return self._resolve_profile(Path(spec.value))
-        if spec.kind == "artifact":
-            version, prefix = read_artifact_version(spec.value)
-            what = f"{spec.text} (vllm/_version.py: version {version or '?'}, commit g{prefix})"
-            return Resolved(self.resolve_commit(prefix, what), notes=(f"commit g{prefix} read from the installed vllm/_version.py",))
+        if spec.kind in ("artifact", "image"):
+            installed = read_installed(spec.value)
+            via = ("vllm/_version.py and the vllm dist-info read from the image's layers through the registry "
+                   "(no daemon, no pull)",) if spec.kind == "image" else ()
+            if installed.commit is None and installed.release:
+                sha, note = self.resolve_release(installed.release)
+                return Resolved(sha, notes=(*via, installed.how, note))
+            prefix = installed.commit or ""
+            what = f"{spec.text} (version {installed.version or '?'}, commit g{prefix})"
+            return Resolved(self.resolve_commit(prefix, what), notes=(*via, installed.how))
         return Resolved(self.resolve_commit(spec.value, spec.text))
 
     def _resolve_profile(self, path: Path) -> Resolved:
@@ -157,7 +166,7 @@ class Auditor:
         if self._main is None:
             ref = self.repo.main_ref()
             head = self.repo.resolve_commit(ref) if ref else None
-            commits = self.repo.log([head], bodies=False) if head else []
+            commits = main_commits(self.repo, head) if head else []
             self._main = (head, commits)
         return self._main
 
@@ -166,6 +175,38 @@ class Auditor:
             self._tags = [t for t in self.repo.tags() if parse_tag(t.name) is not None]
         return self._tags
 
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = load_catalog()
+        return self._catalog
+
+    def releases(self) -> list[Release]:
+        """PyPI's releases (and vLLM's rc tags), oldest first, with their commits here.
+
+        A tag gives a release's commit for free; a release the clone has no tag
+        for is resolved through its sdist's `_version.py` (cached per version).
+        """
+        if self._releases is None:
+            catalog = self.catalog()
+            listed = release_list(catalog.versions, {t.name: t.commit for t in self.tags()})
+            out: list[Release] = []
+            for name, tag, commit in listed:
+                why = ""
+                if commit is None:
+                    prefix, why = catalog.commit(name.version)
+                    if prefix:
+                        found = self.repo.commits_with_prefix(prefix[:40])
+                        if len(found) == 1:
+                            commit, why = found[0], ""
+                        else:
+                            why = f"no tag {tag} here, and its commit g{prefix} (from its PyPI sdist) is not in this history"
+                    else:
+                        why = f"no tag {tag} here, and its commit is not known from PyPI ({why})"
+                out.append(Release(name, tag, commit, why))
+            catalog.save()
+            self._releases = out
+        return self._releases
+
     def index(self, tips: Iterable[str] = ()) -> HistoryIndex:
         known = self._index.commits if self._index is not None else {}
         new = {t for t in tips if t not in self._tips and t not in known}
@@ -173,7 +214,7 @@ class Auditor:
             return self._index
         self._tips |= new
         head, main_commits = self._main_data()
-        wanted = sorted(self._tips | {t.commit for t in self.tags()})
+        wanted = sorted(self._tips | {r.commit for r in self._releases or () if r.commit} | {t.commit for t in self.tags()})
         in_main = {c.sha for c in main_commits}
         branch_tips = [t for t in wanted if t not in in_main]
         branch = self.repo.log([*branch_tips, f"^{head}"] if head else branch_tips, bodies=True) if branch_tips else []
@@ -221,34 +262,49 @@ class Auditor:
 
     def _markers(self, commit: str, prs: Sequence[int], present: set[int]) -> dict[int, list[MarkerResult]]:
         fixes = [f for pr in prs if pr in present and (f := self.kb.get(pr)) is not None and f.markers]
-        paths = sorted({m.path for f in fixes for m in f.markers})
-        if not paths:
-            return {}
-        # in a treeless clone a file is fetched on demand; offline it reads as missing
-        why = "not in the tree, or not fetchable into the treeless clone" if self.repo.is_partial() else ""
-        try:
-            files = self.repo.read_paths(commit, paths)
-        except EnvironmentProblem as exc:
-            files, why = {}, f"file not readable here: {exc.problems[0].message}"
-        return {f.pr: [check_marker(m, files.get(m.path), why) for m in f.markers] for f in fixes}
+        return check_fixes(self.repo, commit, fixes) if fixes else {}
 
-    def first_tags(self, pr: int, undone_by: Sequence[int]) -> tuple[str | None, str | None]:
-        index = self.index()
-        ordered = sorted((parse_tag(t.name), t) for t in self.tags())  # type: ignore[type-var]
-        finals = [t for name, t in ordered if name and name.kind == "final"]
-        rcs = [t for name, t in ordered if name and name.kind == "rc"]
-        found: list[str] = []
-        for group in (finals, rcs):
-            for tag in group:
-                view = self.view(tag.commit)
-                here = presence(index, view, pr)
-                if not here.effective:
-                    continue
-                if any(presence(index, view, n).effective for n in undone_by):
-                    continue
-                found.append(tag.name)
-                break
-        return first_release_and_rc(found)
+    def first_shipped(self, pr: int, undone_by: Sequence[int]) -> FirstShipped:
+        releases = self.releases()
+        index = self.index([r.commit for r in releases if r.commit])
+
+        def carries(sha: str) -> bool:
+            view = self.view(sha)
+            if not presence(index, view, pr).effective:
+                return False
+            return not any(presence(index, view, n).effective for n in undone_by)
+
+        return first_shipped(releases, carries, list_known=self.catalog().versions is not None)
+
+    def release_notes(self, results: Sequence[FixResult]) -> list[str]:
+        """Words for the terminal: why a first release is only an upper bound."""
+        notes: list[str] = []
+        catalog = self.catalog()
+        if catalog.versions is None:
+            notes.append(f"PyPI's release list could not be read ({catalog.why}); the clone's tags stood in, so no "
+                         "first release is proven")
+        unchecked = sorted({t for r in results for t in r.unchecked_releases}, key=lambda t: parse_tag(t).key)  # type: ignore[union-attr]
+        if unchecked:
+            why = {r.tag: r.why_unchecked for r in self.releases()}
+            listed = "; ".join(f"{t}: {why.get(t) or 'not checked'}" for t in unchecked[:8])
+            more = f" (and {len(unchecked) - 8} more)" if len(unchecked) > 8 else ""
+            notes.append(f"releases PyPI lists that could not be checked here: {listed}{more}. A first release "
+                         "reported as 'at most' may be one of these")
+        return notes
+
+    def discover(self, commit: str, since: str | None) -> tuple[list[dict[str, object]], str]:
+        """Spark-relevant PRs in `since..commit` that the knowledge base lacks, and the range shown."""
+        if since is None:
+            view, index = self.view(commit), self.index()
+            earlier = [r for r in self.releases() if r.commit and r.commit != commit and contains(index, view, r.commit)]
+            if not earlier:
+                raise UsageError(problem(f"{commit[:12]}: no earlier release in its history to start --discover from",
+                                         "pass --since REF"))
+            base, shown = earlier[-1].commit or "", earlier[-1].tag
+        else:
+            base, shown = self.resolve_commit(since, f"--since {since}"), since
+        found = discover(self.repo, commit, base, self.kb.prs())
+        return [f.to_json() for f in found], f"{shown}..{commit[:12]}"
 
     # -- the audit -------------------------------------------------------------
     def audit(
@@ -261,6 +317,7 @@ class Auditor:
         asked: Sequence[int] = (),
         patches: Sequence[Path] = (),
         notes: Sequence[str] = (),
+        releases: bool = True,
     ) -> AuditReport:
         declared = read_patches(patches)
         wanted = list(dict.fromkeys([*(prs if prs is not None else self.kb.prs()), *required, *asked]))
@@ -284,7 +341,7 @@ class Auditor:
                 patches=[str(p) for p, prs_ in declared if pr in prs_],
                 truncated=cut,
             )
-            first, first_rc = self.first_tags(pr, undone)
+            first = self.first_shipped(pr, undone) if releases else FirstShipped()
             title = fix.title if fix else self._subject_of(here[pr])
             results.append(
                 FixResult(
@@ -294,8 +351,11 @@ class Auditor:
                     symptom=fix.symptom if fix else "",
                     area=fix.area if fix else "",
                     severity=fix.severity if fix else "",
-                    first_release=first,
-                    first_rc=first_rc,
+                    first_release=first.first_release,
+                    first_rc=first.first_rc,
+                    first_release_at_most=first.first_release_at_most,
+                    first_rc_at_most=first.first_rc_at_most,
+                    unchecked_releases=first.unchecked,
                     evidence=tuple(evidence),
                     required=pr in required,
                     asked=pr in asked,
@@ -311,7 +371,7 @@ class Auditor:
                     f"git -C {self.repo.path} fetch --unshallow, or use a full clone",
                 )
             )
-        report_notes = [*notes, *self.history.notes]
+        report_notes = [*notes, *self.history.notes, *(self.release_notes(results) if releases else ())]
         if index.main_head is None:
             report_notes.append("no main branch in this repository: commits with a (#N) subject count as included")
         return AuditReport(
@@ -333,63 +393,6 @@ class Auditor:
         return ""
 
 
-# -- reading inputs the audit does not own ---------------------------------------
-def read_patches(patches: Sequence[Path]) -> list[tuple[Path, list[int]]]:
-    from spark_images.patches import declared_prs
-
-    out: list[tuple[Path, list[int]]] = []
-    for path in patches:
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise UsageError(problem(f"{path}: cannot read the patch ({exc.strerror or exc})")) from None
-        out.append((Path(path), declared_prs(text)))
-    return out
-
-
-def read_profile(path: Path) -> tuple[str, tuple[int, ...], tuple[Path, ...]]:
-    """(vllm.commit, verify.required_fixes, patch paths) of a profile."""
-    if not path.is_file():
-        raise UsageError(problem(f"{path}: no such profile"))
-    from spark_images.profiles import load_profile
-
-    profile = load_profile(path)
-    commit = profile.vllm.commit
-    required = tuple(int(n) for n in profile.verify.required_fixes)
-    patches = tuple(resolve_patch_path(path, p) for p in profile.patches)
-    return commit, required, patches
-
-
-def resolve_patch_path(profile: Path, patch: str) -> Path:
-    """Patches are named relative to the project root (the profile's parent's parent)."""
-    p = Path(patch)
-    if p.is_absolute():
-        return p
-    root = profile.resolve().parent.parent
-    for candidate in (root / p, profile.resolve().parent / p, Path.cwd() / p):
-        if candidate.is_file():
-            return candidate
-    raise UsageError(problem(f"{profile}: patches: {patch} not found (looked under {root})"))
-
-
-def read_artifact_version(target: str) -> tuple[str | None, str]:
-    """(version, commit prefix) from the installed `vllm/_version.py` of a wheel or image."""
-    try:
-        from spark_images import artifacts  # type: ignore[attr-defined]
-    except ImportError:
-        raise EnvironmentProblem(problem(f"{target}: reading wheels and images needs spark_images.artifacts, which this build lacks")) from None
-    data = artifacts.read_one(target, "vllm/_version.py")
-    if isinstance(data, tuple):  # (path, bytes)
-        data = data[-1]
-    if data is None:
-        raise UsageError(problem(f"{target}: no vllm/_version.py inside (is vLLM installed there?)"))
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
-    version, commit = parse_version_file(text)
-    if commit is None:
-        raise UsageError(problem(f"{target}: vllm/_version.py (version {version or '?'}) records no commit"))
-    return version, commit
-
-
 # -- the two entry points ---------------------------------------------------------
 def audit_target(
     target: str,
@@ -397,14 +400,17 @@ def audit_target(
     fixes: Sequence[int] = (),
     repo: Path | None = None,
     kb: KnowledgeBase | None = None,
+    discover: bool = False,
+    since: str | None = None,
 ) -> AuditReport:
-    """`spark-images audit TARGET`: the report for the KB (or only `fixes`)."""
+    """`spark-images audit TARGET`: the report for the KB (or only `fixes`);
+    with `discover`, also the Spark-relevant PRs of `since..TARGET` the KB lacks."""
     spec = classify(target, exists=path_exists(target) and not target.endswith((".yaml", ".yml")))
     history = open_history(repo)
     auditor = Auditor(history, kb)
     resolved = auditor.resolve(spec)
     prs = list(fixes) if fixes else None
-    return auditor.audit(
+    report = auditor.audit(
         resolved.commit,
         target=target,
         prs=prs,
@@ -413,6 +419,10 @@ def audit_target(
         patches=resolved.patches,
         notes=resolved.notes,
     )
+    if not discover:
+        return report
+    found, shown = auditor.discover(resolved.commit, since)
+    return replace(report, discovered=tuple(found), discover_range=shown)
 
 
 def check_required(
@@ -431,4 +441,5 @@ def check_required(
     history = open_history(repo)
     auditor = Auditor(history)
     sha = auditor.resolve_commit(commit, f"vllm.commit {commit}")
-    return auditor.audit(sha, target=commit, required=required, patches=patches)
+    # a gate needs presence, not first releases: no network beyond the history
+    return auditor.audit(sha, target=commit, required=required, patches=patches, releases=False)

@@ -251,6 +251,12 @@ class Repo:
                 result[path] = None
         return result
 
+    def is_ancestor(self, old: str, new: str) -> bool:
+        if not (_HEX.match(old) and _HEX.match(new)):
+            return False
+        proc = _run(["merge-base", "--is-ancestor", old, new], cwd=self.path, timeout=self.timeout)
+        return proc.returncode == 0
+
     def has_path(self, commit: str, path: str) -> bool | None:
         """Is `path` in the tree of `commit`? None when trees are not local (treeless clone)."""
         if self.is_partial():
@@ -258,8 +264,80 @@ class Repo:
         out = self._try("cat-file", "-t", f"{commit}:{path}")
         return out is not None
 
+    # -- files that move, and ranges (markers, --discover, kb add) ---------------
+    def tree_paths(self, commit: str, timeout: float = 120.0) -> list[str] | None:
+        """Every file path at `commit`; None when the tree cannot be read here."""
+        proc = _run(["ls-tree", "-r", "-z", "--name-only", commit], cwd=self.path, timeout=timeout, lazy_fetch=True)
+        if proc.returncode != 0:
+            return None
+        return [p for p in proc.stdout.decode("utf-8", "replace").split("\x00") if p]
+
+    def deleted_by(self, commit: str, path: str) -> str | None:
+        """The newest commit in `commit`'s history that deleted (or moved away) `path`."""
+        out = self._try("log", "--no-mailmap", "-1", "--format=%H", "--diff-filter=D", "--no-renames", commit, "--", path)
+        sha = (out or b"").decode().strip()
+        return sha or None
+
+    def renamed_in(self, commit: str, path: str) -> str | None:
+        """Where git's rename detection says `commit` moved `path` to (None: not a rename)."""
+        out = self._try("diff-tree", "-r", "-M", "--no-commit-id", "--name-status", "-z", commit)
+        fields = (out or b"").decode("utf-8", "replace").split("\x00")
+        i = 0
+        while i < len(fields):
+            status = fields[i]
+            if status.startswith(("R", "C")) and i + 2 < len(fields):
+                if fields[i + 1] == path and status.startswith("R"):
+                    return fields[i + 2]
+                i += 3
+            else:
+                i += 2
+        return None
+
+    def range_messages(self, revs: Sequence[str], timeout: float = 300.0) -> list[tuple[str, str, str, list[str]]]:
+        """(sha, subject, body, changed paths) of every commit in the range."""
+        out = self.git("log", "--no-mailmap", "--no-renames", "--name-only", "--format=%x1e%H%x1f%s%x1f%b%x1d", *revs, "--",
+                       timeout=timeout, lazy_fetch=True)
+        found: list[tuple[str, str, str, list[str]]] = []
+        for record in out.decode("utf-8", "replace").split("\x1e"):
+            head, _, names = record.partition("\x1d")
+            parts = head.split(_SEP, 2)
+            if len(parts) < 3:
+                continue
+            found.append((parts[0].strip(), parts[1], parts[2], [n for n in names.splitlines() if n.strip()]))
+        return found
+
+    def range_pickaxe(self, revs: Sequence[str], regex: str, timeout: float = 300.0) -> dict[str, list[tuple[str, str]]]:
+        """sha -> [(path, added line)] for commits whose diff adds a line matching `regex` (ERE)."""
+        out = self.git("log", "--no-mailmap", "--no-renames", "-p", "-U0", "--no-color", "--no-ext-diff", f"-G{regex}",
+                       "--format=%x1e%H", *revs, "--", timeout=timeout, lazy_fetch=True)
+        return _added_lines(out)
+
+    def patch_of(self, sha: str, limit: int = 4 * 1024 * 1024) -> list[tuple[str, str]]:
+        """[(path, added line)] of one commit's diff against its first parent (capped)."""
+        out = self.git("show", "--no-mailmap", "--no-renames", "-U0", "--no-color", "--no-ext-diff", "--format=%x1e%H", sha,
+                       "--", lazy_fetch=True)
+        return next(iter(_added_lines(out[:limit]).values()), [])
+
     def write_commit_graph(self) -> None:
         self._try("commit-graph", "write", "--reachable")
+
+
+def _added_lines(out: bytes) -> dict[str, list[tuple[str, str]]]:
+    found: dict[str, list[tuple[str, str]]] = {}
+    for record in out.decode("utf-8", "replace").split("\x1e"):
+        lines = record.split("\n")
+        sha = lines[0].strip()
+        if not _HEX.match(sha):
+            continue
+        path = ""
+        added: list[tuple[str, str]] = []
+        for line in lines[1:]:
+            if line.startswith("+++ "):
+                path = line[6:] if line.startswith("+++ b/") else ""
+            elif line.startswith("+") and path:
+                added.append((path, line[1:]))
+        found[sha] = added
+    return found
 
 
 # -- the cached treeless clone of upstream vLLM --------------------------------

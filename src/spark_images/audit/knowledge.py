@@ -1,18 +1,19 @@
 """The fixes knowledge base: parse and validate `fixes.yaml` into plain data.
 
-`parse_knowledge(text, file)` is pure; `load_knowledge()` only reads the
-package's own `fixes.yaml`. Every problem in the file is reported at once,
-one line each, naming the entry and field.
+`parse_knowledge(text, file)` is pure; `load_knowledge(path)` reads the
+package's own `fixes.yaml` (or a file the user names), bounded in size.
+Duplicate YAML keys are refused (YAML would silently keep the last one, and a
+second `markers:` would hide the first). Every problem in the file is
+reported at once, one line each, naming the entry and field.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
-
-import yaml
 
 from spark_images.errors import Finding, Problem
 
@@ -23,21 +24,33 @@ _VERSION = re.compile(r"^\d+(\.\d+)+$")
 _FIX_KEYS = {
     "pr", "title", "area", "severity", "symptom", "main_commit", "first_release", "undone_by", "markers",
 }
-_MARKER_KEYS = {"path", "contains", "lacks", "source"}
+_MARKER_KEYS = {"path", "hints", "contains", "lacks", "source"}
+KB_LIMIT = 1024 * 1024  # the shipped file is ~10 KiB; a KB of thousands of entries still fits
 
 
 @dataclass(frozen=True)
 class Marker:
-    """Text that must be present (`expect_present`) or absent in `path` at the commit."""
+    """Text that must be present (`expect_present`) or absent at the commit.
+
+    `path` is where the text is today; `hints` are earlier paths of the same
+    file (files move: the audit looks there, follows git's renames and then
+    searches files of the same name or directory family).
+    """
 
     path: str
     text: str
     expect_present: bool
     source: str
+    hints: tuple[str, ...] = ()
 
     def describe(self) -> str:
         verb = "contains" if self.expect_present else "lacks"
         return f"{self.path} {verb} {self.text!r}"
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The path, then its hints: the places to read first."""
+        return tuple(dict.fromkeys((self.path, *self.hints)))
 
 
 @dataclass(frozen=True)
@@ -76,9 +89,14 @@ def _marker(raw: Any, where: str, file: str, problems: list[Problem]) -> Marker 
     path, source = raw.get("path"), raw.get("source")
     has_contains, has_lacks = "contains" in raw, "lacks" in raw
     ok = True
-    if not isinstance(path, str) or not path or path.startswith("/"):
+    if not _relative_path(path):
         problems.append(Problem(file, f"{where}.path", "must be a path relative to the vLLM repository root", "e.g. CMakeLists.txt"))
         ok = False
+    hints = raw.get("hints") or []
+    if not isinstance(hints, list) or not all(_relative_path(h) for h in hints):
+        problems.append(Problem(file, f"{where}.hints", "must be a list of earlier paths relative to the repository root",
+                                "e.g. [csrc/quantization/fp4/nvfp4_scaled_mm_entry.cu]"))
+        hints, ok = [], False
     if has_contains == has_lacks:
         problems.append(Problem(file, where, "give exactly one of contains or lacks", "contains: TEXT (or lacks: TEXT)"))
         ok = False
@@ -91,7 +109,14 @@ def _marker(raw: Any, where: str, file: str, problems: list[Problem]) -> Marker 
         ok = False
     if not ok:
         return None
-    return Marker(path=str(path), text=str(text), expect_present=has_contains, source=str(source))
+    return Marker(path=str(path), text=str(text), expect_present=has_contains, source=str(source), hints=tuple(hints))
+
+
+def _relative_path(value: Any) -> bool:
+    return (
+        isinstance(value, str) and bool(value) and not value.startswith("/") and "\n" not in value
+        and ".." not in value.split("/") and len(value) <= 400
+    )
 
 
 def _fix(raw: Any, where: str, file: str, problems: list[Problem]) -> Fix | None:
@@ -143,11 +168,7 @@ def _fix(raw: Any, where: str, file: str, problems: list[Problem]) -> Fix | None
 
 def parse_knowledge(text: str, file: str = "fixes.yaml") -> KnowledgeBase:
     """Parse and validate the knowledge base; raises Finding with every problem."""
-    try:
-        # the C loader when PyYAML has it: the pure-Python one costs ~0.1 s per run
-        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        raise Finding(Problem(file, "", f"not valid YAML: {exc}".replace("\n", " "), "fix the syntax")) from None
+    doc = _parse_yaml(text, file)
     if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("fixes"), list):
         raise Finding(Problem(file, "fixes", "expected `schema: 1` and a `fixes:` list", "see the file header"))
     problems: list[Problem] = []
@@ -170,7 +191,26 @@ def parse_knowledge(text: str, file: str = "fixes.yaml") -> KnowledgeBase:
     return KnowledgeBase(fixes=tuple(fixes))
 
 
-def load_knowledge() -> KnowledgeBase:
-    """The knowledge base shipped with the package."""
-    text = resources.files("spark_images.audit").joinpath("fixes.yaml").read_text(encoding="utf-8")
-    return parse_knowledge(text, "spark_images/audit/fixes.yaml")
+def _parse_yaml(text: str, file: str) -> Any:
+    """YAML that refuses duplicate keys: the inputs module's loader when this
+    build has it, else the profiles' unique-key loader (both raise Finding)."""
+    from spark_images import inputs
+
+    loads_yaml = getattr(inputs, "loads_yaml", None)
+    if loads_yaml is not None:
+        return loads_yaml(text, file=file, what="knowledge base", error=Finding)
+    from spark_images.profiles import parse_yaml
+
+    return parse_yaml(text, file)
+
+
+def load_knowledge(path: str | os.PathLike[str] | None = None) -> KnowledgeBase:
+    """The knowledge base shipped with the package, or the file at `path`."""
+    if path is None:
+        data = resources.files("spark_images.audit").joinpath("fixes.yaml").read_bytes()
+        if len(data) > KB_LIMIT:
+            raise Finding(Problem("spark_images/audit/fixes.yaml", "", f"over {KB_LIMIT} bytes", "split the knowledge base"))
+        return parse_knowledge(data.decode("utf-8", "replace"), "spark_images/audit/fixes.yaml")
+    from spark_images.inputs import read_text
+
+    return parse_knowledge(read_text(path, what="knowledge base", limit=KB_LIMIT), os.fsdecode(path))

@@ -1,19 +1,15 @@
-"""Release names: tag parsing and PEP 440 ordering (pure), and the one network
-lookup that turns a release into its commit without git: the `vllm/_version.py`
-inside the release sdist on PyPI (read from the .tar.gz stream, one member).
+"""Release names: tag parsing and PEP 440 ordering (pure). The network lookup
+that turns a release into its commit (the sdist's `vllm/_version.py`) lives in
+`pypi_releases.py`; `sdist_commit` here forwards to it.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from spark_images import pypi
-from spark_images.audit._problems import problem
-from spark_images.errors import EnvironmentProblem, UsageError
 
 _TAG = re.compile(
     r"^v?(?P<release>\d+(?:\.\d+)*)"
@@ -24,7 +20,6 @@ _TAG = re.compile(
 _COMMIT_ID = re.compile(r"""__commit_id__\s*=\s*(?:commit_id\s*=\s*)?['"]g?([0-9a-f]{7,40})['"]""")
 _VERSION_LINE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})(?:$|[.+])")
-_SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 
 @dataclass(frozen=True, order=True)
@@ -121,43 +116,9 @@ def pypi_index_url() -> str:
 
 
 def sdist_commit(version: str, timeout: float = 60.0) -> str:
-    """Commit (hex prefix) of a vLLM release, read from its sdist on PyPI."""
-    import requests  # imported here: only this lookup needs the network stack
+    """Commit (hex prefix) of a vLLM release, read from its sdist on PyPI through the one
+    PyPI client (`pypi.project_index`, `pypi.stream`: bounded reads); `timeout` is unused
+    (the client's overall deadline, SPARK_IMAGES_HTTP_TIMEOUT, applies) and kept for callers."""
+    from spark_images.audit.pypi_releases import sdist_commit as lookup
 
-    base = pypi_index_url()
-    try:
-        resp = requests.get(f"{base}/vllm/", headers={"Accept": _SIMPLE_JSON}, timeout=timeout)
-    except requests.RequestException as exc:
-        raise EnvironmentProblem(problem(f"cannot reach the package index {base} to resolve vLLM {version}: {exc.__class__.__name__}")) from None
-    if resp.status_code != 200:
-        raise EnvironmentProblem(problem(f"{base}/vllm/ answered HTTP {resp.status_code} while resolving vLLM {version}"))
-    try:
-        doc = json.loads(resp.text)
-    except ValueError:
-        raise EnvironmentProblem(problem(f"{base}/vllm/ did not answer PEP 691 JSON")) from None
-    url = sdist_url(doc, version)
-    if url is None:
-        raise UsageError(problem(f"vLLM {version}: no release tag in the history and no sdist vllm-{version}.tar.gz on {base}"))
-    try:
-        with requests.get(url, stream=True, timeout=timeout) as sdist:
-            sdist.raise_for_status()
-            with tarfile.open(fileobj=sdist.raw, mode="r|gz") as archive:
-                for member in archive:
-                    if member.isfile() and member.name.endswith("/vllm/_version.py") and member.name.count("/") == 2:
-                        handle = archive.extractfile(member)
-                        text = handle.read().decode("utf-8", "replace") if handle else ""
-                        break
-                else:
-                    raise UsageError(problem(f"vllm-{version}.tar.gz has no vllm/_version.py"))
-    except (requests.RequestException, tarfile.TarError, OSError) as exc:
-        raise EnvironmentProblem(problem(f"cannot read vllm-{version}.tar.gz from {url}: {exc.__class__.__name__}: {exc}")) from None
-    _, commit = parse_version_file(text)
-    if commit is None:
-        raise UsageError(
-            problem(
-                f"vllm-{version}.tar.gz: vllm/_version.py records no commit (built before setuptools-scm wrote "
-                "__commit_id__)",
-                "give the commit SHA instead",
-            )
-        )
-    return commit
+    return lookup(version)

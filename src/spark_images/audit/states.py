@@ -1,15 +1,20 @@
 """Per-PR verdicts and the audit report (pure decision logic, no I/O).
 
 States, in the order they are decided:
-  included        the squash commit `(#N)` is reachable from the target
-  cherry-picked   a commit with the same `(#N)` subject, or a `cherry picked from`
-                  line naming it, is reachable on a branch off main
+  absent          no `(#N)` commit, cherry-pick or patch in a complete history
+  unknown         not found, and the history is cut (shallow clone): never `absent`
   reverted        present, but a later revert is reachable too
-  effect-absent   present, but a content marker fails or a PR that undid it is reachable
+  effect-absent   in the history, but a content marker fails or a PR that undid
+                  it is reachable
+  effect-unproven in the history, but nothing shows the change is in the tree:
+                  the commit is empty (its tree equals its parent's) or a marker
+                  could not be checked anywhere
+  included        the squash commit `(#N)` is reachable and, where the fix has
+                  markers, every marker holds
+  cherry-picked   the same, through a commit on a branch off main
   patched         not (effectively) present, but a listed patch declares
                   `Backport-Of: vllm-project/vllm#N`
-  absent          none of the above in a complete history
-  unknown         not found, and the history is cut (shallow clone): never `absent`
+Only included, cherry-picked and patched count as present for a gate.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from typing import Any
 from spark_images.audit.history import HistoryIndex, Presence, is_empty_commit
 from spark_images.audit.knowledge import Marker
 
-STATES: tuple[str, ...] = ("included", "cherry-picked", "reverted", "effect-absent", "patched", "absent", "unknown")
+STATES: tuple[str, ...] = (
+    "included", "cherry-picked", "patched", "effect-unproven", "effect-absent", "reverted", "absent", "unknown",
+)
 PRESENT_STATES = frozenset({"included", "cherry-picked", "patched"})
-FAILING_STATES = frozenset({"absent", "reverted", "effect-absent", "unknown"})
+FAILING_STATES = frozenset(STATES) - PRESENT_STATES
 
 
 @dataclass(frozen=True)
@@ -31,19 +38,22 @@ class MarkerResult:
     marker: Marker
     outcome: str  # "ok", "failed", "unverified"
     detail: str = ""
+    found_at: str = ""  # the path the text was checked in, when not `marker.path`
 
     def line(self) -> str:
         text = f"marker {self.outcome}: {self.marker.describe()}"
         return f"{text} ({self.detail})" if self.detail else text
 
 
-def check_marker(marker: Marker, content: bytes | None, why_unread: str = "") -> MarkerResult:
+def check_marker(marker: Marker, content: bytes | None, why_unread: str = "", *, found_at: str = "", how: str = "") -> MarkerResult:
     """A missing file never fails a marker: files move, so only content decides."""
     if content is None:
         return MarkerResult(marker, "unverified", why_unread or "path not in the tree at this commit")
     found = marker.text.encode("utf-8") in content
     ok = found == marker.expect_present
-    return MarkerResult(marker, "ok" if ok else "failed")
+    where = found_at if found_at and found_at != marker.path else ""
+    detail = f"checked at {where}{'; ' + how if how else ''}" if where else how
+    return MarkerResult(marker, "ok" if ok else "failed", detail, found_at=where)
 
 
 @dataclass(frozen=True)
@@ -59,10 +69,15 @@ class FixResult:
     evidence: tuple[str, ...] = ()
     required: bool = False
     asked: bool = False
+    # set when first_release / first_rc could not be proven (null above): the
+    # release it shipped in at the latest, and the releases that could not be checked
+    first_release_at_most: str | None = None
+    first_rc_at_most: str | None = None
+    unchecked_releases: tuple[str, ...] = ()
 
     @property
     def failing(self) -> bool:
-        return self.state in FAILING_STATES
+        return self.state not in PRESENT_STATES
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +85,9 @@ class FixResult:
             "state": self.state,
             "first_release": self.first_release,
             "first_rc": self.first_rc,
+            "first_release_at_most": self.first_release_at_most,
+            "first_rc_at_most": self.first_rc_at_most,
+            "unchecked_releases": list(self.unchecked_releases),
             "title": self.title,
             "symptom": self.symptom,
             "area": self.area,
@@ -88,6 +106,9 @@ class AuditReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
     # committer time of `commit` (a reproducible build's SOURCE_DATE_EPOCH)
     commit_time: int | None = None
+    # `--discover`: Spark-relevant PRs of a range that the knowledge base lacks (None: not asked)
+    discovered: tuple[dict[str, Any], ...] | None = None
+    discover_range: str = ""
 
     @property
     def missing_required(self) -> tuple[FixResult, ...]:
@@ -102,7 +123,7 @@ class AuditReport:
         return next((f for f in self.fixes if f.pr == pr), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "target": self.target,
             "commit": self.commit,
             "commit_time": self.commit_time,
@@ -112,6 +133,10 @@ class AuditReport:
             "included": self.included_prs(),
             "notes": list(self.notes),
         }
+        if self.discovered is not None:
+            doc["discovered"] = [dict(d) for d in self.discovered]
+            doc["discover_range"] = self.discover_range
+        return doc
 
 
 def _short(sha: str) -> str:
@@ -166,5 +191,16 @@ def decide(
         lines += [m.line() for m in failed]
         return ("patched", [*lines, *patch_lines]) if patch_lines else ("effect-absent", lines)
     lines = evidence + [m.line() for m in markers]
+    unverified = [m for m in markers if m.outcome != "ok"]
+    carriers = here.squash or tuple(sha for sha, _ in here.picks)
+    empty = bool(carriers) and all(is_empty_commit(index, sha) for sha in carriers)
+    if unverified or (empty and not markers):
+        why = (
+            "a marker could not be checked at the target" if unverified
+            else "the commit changed nothing and the fix has no marker to prove its effect"
+        )
+        if patch_lines:
+            return "patched", [*lines, *patch_lines]
+        return "effect-unproven", [*lines, f"in the history, effect unproven: {why}"]
     lines += [f"{p} also declares it (the patch may no longer apply)" for p in patches]
     return ("included" if here.squash else "cherry-picked"), lines

@@ -17,7 +17,12 @@ _REGISTRY_REF = re.compile(r"^(?P<host>[a-z0-9.-]+(?::\d+)?|localhost)/[a-z0-9._
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """`kind` is one of commit, release, profile, artifact, rev."""
+    """`kind` is one of commit, release, profile, artifact, image, rev.
+
+    `image` is a registry reference (HOST/REPO:TAG or @sha256:...): its layers
+    are read through the registry (no daemon, no pull); `artifact` covers
+    wheels, directories and `docker://` images.
+    """
 
     kind: str
     value: str
@@ -49,10 +54,19 @@ def classify(text: str, exists: bool | None = None) -> TargetSpec:
         return TargetSpec("commit", hexm.group(1), text)
     if parse_tag(raw) is not None and "." in raw:
         return TargetSpec("release", raw.removeprefix("v"), text)
-    m = _REGISTRY_REF.match(raw)
-    if m and ("." in m.group("host") or ":" in m.group("host") or m.group("host") == "localhost"):
-        return TargetSpec("artifact", raw, text)
+    if _is_image_reference(raw):
+        return TargetSpec("image", raw, text)
     return TargetSpec("rev", raw, text)
+
+
+def _is_image_reference(raw: str) -> bool:
+    """The registry module's one grammar when this build has it, else the local pattern."""
+    try:
+        from spark_images.registry.reference import ImageReference, names_registry
+    except ImportError:
+        m = _REGISTRY_REF.match(raw)
+        return bool(m and ("." in m.group("host") or ":" in m.group("host") or m.group("host") == "localhost"))
+    return names_registry(raw) and ImageReference.parse_or_none(raw) is not None
 
 
 def path_exists(text: str) -> bool:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
+
+from spark_images import atomic
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
@@ -15,9 +16,18 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def emit(args: argparse.Namespace, doc: Any, text: str) -> None:
-    """Print `doc` as JSON under --json, else the human text."""
+    """Print `doc` as JSON under --json, else the human text.
+
+    The document is serialised whole before anything is written, and NaN or
+    Infinity (not JSON) is refused: a value that became one is a bug, reported
+    by the CLI's guard as one `internal error` line, never invalid JSON on stdout.
+    """
     if getattr(args, "json", False):
-        print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
+        try:
+            out = atomic.dumps_json(doc)  # allow_nan=False
+        except ValueError as exc:
+            raise ValueError(f"the --json document holds a value JSON cannot carry ({exc})") from None
+        sys.stdout.write(out)
     else:
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
 

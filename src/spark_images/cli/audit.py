@@ -3,8 +3,21 @@
 TARGET: a commit SHA (full or short), a release (`v0.22.0` / `0.22.0`), a
 profile (`profiles/NAME.yaml`: its vllm.commit, required fixes and patches),
 a wheel file, `vllm==X`, a directory, or an image (`docker://NAME`,
-`HOST/REPO:TAG`). Exit 1 when an asked (`--fix`) or required fix is absent,
-reverted or effect-absent and not patched; 2 for usage/environment problems.
+`HOST/REPO:TAG`, read from the registry's layers without a daemon or a pull).
+States: included, cherry-picked, patched (these count as present),
+effect-unproven (in the history, but an empty commit or a marker that could
+not be checked), effect-absent, reverted, absent, unknown (cut history).
+Exit 1 when an asked (`--fix`) or required fix is not present; 2 for
+usage/environment problems.
+
+First releases come from PyPI's release list (the clone's tags only cache
+their commits). When an earlier release could not be checked, the first
+release is null with `first_release_at_most` and `unchecked_releases`.
+
+--discover [--since REF]: also list merged PRs in REF..TARGET (default: from
+the previous release in TARGET's history) that look Spark-relevant but are not
+in the knowledge base, each with its evidence line (`discovered` in --json);
+`spark-images kb add PR` drafts an entry for one.
 
 History: --repo PATH (any clone of vLLM), else a treeless bare clone cached in
 $XDG_CACHE_HOME/spark-images/vllm.git (default ~/.cache), fetched when older
@@ -43,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="only these PRs (repeatable); exit 1 if one is missing")
     parser.add_argument("--repo", metavar="PATH", type=Path, help="a local vLLM clone (default: a cached treeless clone)")
     parser.add_argument("--markdown", action="store_true", help="print Markdown (for CI summaries)")
+    parser.add_argument("--discover", action="store_true",
+                        help="also list Spark-relevant PRs in the range that the knowledge base lacks")
+    parser.add_argument("--since", metavar="REF", help="start of the --discover range (default: the previous release)")
     add_json_flag(parser)
     parser.set_defaults(handler=run)
 
@@ -50,8 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.json and args.markdown:
         raise UsageError("--json and --markdown: choose one")
+    if args.since is not None and not args.discover:
+        raise UsageError("--since needs --discover")
+    if args.since is not None and (not args.since.strip() or args.since.startswith("-")):
+        raise UsageError(f"--since {args.since!r}: not a git revision (give a tag, branch or commit)")
     fixes = [n for group in args.fixes for n in group]
-    report = audit_target(args.target, fixes=fixes, repo=args.repo)
+    report = audit_target(args.target, fixes=fixes, repo=args.repo, discover=args.discover, since=args.since)
     text = render_markdown(report) if args.markdown else render_table(report)
     emit(args, report.to_json(), text)
     return EXIT_FINDING if report.missing_required else EXIT_OK

@@ -2,9 +2,14 @@
 
 validate -> audit -> render -> build (push) -> cubins -> coherence -> lock.
 Progress goes to stderr; the summary to stdout (or one JSON document with
---json). Exit 0 when every gate passed and the lock was written, 1 when a
-gate failed (the summary names the stage and why), 2 when the environment
-cannot run the line (no engine, no buildx, no arm64 emulation).
+--json). Exit 0 when every gate passed and the lock was written (a
+`candidate` entry), 1 when a gate failed (the summary names the stage and
+why), 2 when the environment cannot run the line (no engine, no buildx, no
+arm64 emulation, a package index or registry out of reach: the summary quotes
+the build's own line and names the remedy, e.g. --ca-cert FILE for TLS).
+
+--push REPO pushes by digest only; no tag is created. Tags move with
+`spark-images publish`, after the gates proved the digest.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from pathlib import Path
 from spark_images import lock, pipeline, summary
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.errors import UsageError
+from spark_images.registry import push as registry_push
+from spark_images.registry.reference import ImageReference
 
 
 def add_build_flags(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_build_flags(parser)
-    parser.add_argument("--push", metavar="REPO", help="push to HOST/NAME[:TAG] by digest")
+    parser.add_argument(
+        "--push", metavar="HOST/NAME",
+        help="push to this repository by digest only (no tag: tags move with `spark-images publish`)",
+    )
     parser.add_argument(
         "--cache",
         metavar="DIR|REF",
@@ -67,6 +77,21 @@ def check_inputs(args: argparse.Namespace) -> None:
         raise UsageError(f"--ca-cert {args.ca_cert}: no such file")
 
 
+def push_repository(target: str | None) -> registry_push.Repository | None:
+    """`--push HOST/NAME` as a repository; a tag or digest in it is a usage error (exit 2)."""
+    if target is None:
+        return None
+    ref = ImageReference.parse(target.strip(), what="--push")
+    if ref.tag or ref.digest:
+        what = "a digest" if ref.digest else f"the tag {ref.tag!r}"
+        raise UsageError(
+            f"--push {target}: `build` pushes by digest only and never creates a tag, so {what} has no place "
+            f"here (fix: `--push {ref.host}/{ref.repository}`, then `spark-images publish PROFILE --tag TAG` "
+            "moves tags once the gates proved the digest)"
+        )
+    return registry_push.Repository(host=ref.host, name=ref.repository)
+
+
 def stderr_log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -75,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     check_inputs(args)
     opts = pipeline.BuildOptions(
         profile=Path(args.profile),
-        push=args.push,
+        push=push_repository(args.push),
         cache=args.cache,
         ca_cert=args.ca_cert,
         dry_run=args.dry_run,

@@ -1,4 +1,10 @@
-"""`spark-images coherence IMAGE --model M`: serve, check, pick the fastest coherent backend.
+"""`spark-images coherence IMAGE --profile P` (or `--model M`): serve, check, pick the fastest coherent backend.
+
+The models, backends and KV-cache dtypes come from the profile's
+`verify.coherence` settings (`spark-images plan P` shows the matrix); flags
+given on the command line replace the profile's value of that one setting.
+Without a profile, a backend or dtype not named takes the profile model's default
+(`auto`: vLLM's own choice).
 
 Exit 0 when every model has a coherent combination (or the stage is skipped
 because there is no sm_121 GPU: the reason is printed, and `--require-gpu`
@@ -9,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import re
 import signal
 import sys
@@ -17,8 +24,7 @@ from typing import Any
 
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.errors import EnvironmentProblem, Problem, UsageError
-
-DEFAULT_MOE = "auto,flashinfer_b12x,marlin"
+from spark_images.profiles import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
 
 
 def _csv(value: str) -> list[str]:
@@ -33,8 +39,8 @@ def _positive(value: str) -> float:
         number = float(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not a number: {value!r}") from exc
-    if number <= 0:
-        raise argparse.ArgumentTypeError("must be greater than 0")
+    if not math.isfinite(number) or number <= 0:  # nan <= 0 is False: test finiteness first
+        raise argparse.ArgumentTypeError(f"must be a finite number greater than 0, not {value!r}")
     return number
 
 
@@ -50,18 +56,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("image", nargs="?", help="image reference (repo@sha256:... preferred)")
+    parser.add_argument("--profile", type=Path, metavar="FILE",
+                        help="take models, backends and KV-cache dtypes from the profile's verify.coherence")  # fmt: skip
     parser.add_argument("--model", action="append", default=[], metavar="M",
-                        help="model to serve (repeatable); with --endpoint, the served model name")  # fmt: skip
-    parser.add_argument("--backends", type=_csv, default=_csv(DEFAULT_MOE), metavar="LIST",
-                        help=f"--moe-backend values to try (default {DEFAULT_MOE})")  # fmt: skip
+                        help="model to serve (repeatable; default: the profile's models); "
+                        "with --endpoint, the served model name")  # fmt: skip
+    parser.add_argument("--backends", type=_csv, default=None, metavar="LIST",
+                        help="--moe-backend values to try (default: the profile's moe_backends, else the profile "
+                        f"default {','.join(DEFAULT_MOE_BACKENDS)})")  # fmt: skip
     parser.add_argument("--linear-backends", type=_csv, default=None, metavar="LIST",
-                        help="--linear-backend values; default: the same name as each MoE backend")  # fmt: skip
-    parser.add_argument("--kv-cache-dtype", type=_csv, default=["auto"], metavar="LIST",
-                        help="--kv-cache-dtype values to try (default auto)")  # fmt: skip
+                        help="--linear-backend values (default: the profile's linear_backends, else the same "
+                        "name as each MoE backend)")  # fmt: skip
+    parser.add_argument("--kv-cache-dtype", type=_csv, default=None, metavar="LIST",
+                        help="--kv-cache-dtype values to try (default: the profile's kv_cache_dtypes, else the profile "
+                        f"default {','.join(DEFAULT_KV_CACHE_DTYPES)})")  # fmt: skip
     parser.add_argument("--endpoint", metavar="URL",
                         help="check a server that is already running (no container)")  # fmt: skip
     parser.add_argument("--health-timeout", type=_positive, default=1800.0, metavar="S",
                         help="seconds to wait for /health (default 1800, as upstream CI)")  # fmt: skip
+    parser.add_argument("--request-timeout", type=_positive, default=300.0, metavar="S",
+                        help="overall deadline of one completion request, body included (default 300)")  # fmt: skip
     parser.add_argument("--gpus", default="all",
                         help="docker --gpus value; 'none' runs without GPUs (stand-in server tests)")  # fmt: skip
     parser.add_argument("--assume-gpu", action="store_true",
@@ -145,11 +159,35 @@ def _text(section: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _matrix(args: argparse.Namespace) -> tuple[list[str], list[str], list[str] | None, list[str]]:
+    """Models, MoE backends, linear backends, KV-cache dtypes: the flags, else the profile's.
+
+    The profile model holds the one default of each setting (profiles.DEFAULT_*;
+    `spark-images plan` shows the same matrix), so this module keeps no list of its own.
+    """
+    models, moe, linear, kv = args.model, args.backends, args.linear_backends, args.kv_cache_dtype
+    if args.profile is not None:
+        from spark_images.profiles import load_profile
+
+        settings = load_profile(args.profile).verify.coherence
+        if settings is None:
+            raise UsageError(Problem(
+                file=str(args.profile), field="verify.coherence", message="the profile has no coherence settings",
+                fix="add verify.coherence.models (and backends) to the profile, or pass --model",
+            ))  # fmt: skip
+        models = models or list(settings.models)
+        moe = moe or list(settings.moe_backends)
+        linear = linear if linear is not None else (list(settings.linear_backends) if settings.linear_backends else None)
+        kv = kv or list(settings.kv_cache_dtypes)
+    if not models:
+        raise _usage("--model", "at least one model is required", "--profile profiles/NAME.yaml, or --model ORG/NAME")
+    return models, moe or list(DEFAULT_MOE_BACKENDS), linear, kv or list(DEFAULT_KV_CACHE_DTYPES)
+
+
 def run(args: argparse.Namespace) -> int:
     from spark_images.coherence import GateOptions, gate_endpoint, gate_image
 
-    if not args.model:
-        raise _usage("--model", "at least one model is required", "--model ORG/NAME")
+    args.model, args.backends, args.linear_backends, args.kv_cache_dtype = _matrix(args)
     unknown_api = [a for a in args.api if a not in ("completions", "chat")]
     if unknown_api:
         raise _usage("--api", f"unknown API {', '.join(unknown_api)}", "--api completions,chat")
@@ -159,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         raise _usage("--speed-tokens", "must be at least 2", "--speed-tokens 256")
     opts = GateOptions(
         health_timeout_s=args.health_timeout,
+        request_timeout_s=args.request_timeout,
         ab_reference=args.ab_reference.lower().replace("-", "_") if args.ab_reference else None,
         speed_tokens=args.speed_tokens,
         endpoints=tuple(dict.fromkeys(args.api)),
@@ -204,4 +243,9 @@ def run(args: argparse.Namespace) -> int:
         record.set("coherence", section)
         record.save(args.record)
     emit(args, section, _text(section))
+    if section["status"] == "failed" and args.json:
+        # the JSON document is on stdout; the reasons still reach the person, one line each
+        for combo in section.get("combinations", []):
+            for reason in combo.get("reasons", []):
+                print(f"spark-images coherence: {reason}", file=sys.stderr)
     return 1 if section["status"] == "failed" else 0

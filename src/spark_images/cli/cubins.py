@@ -1,7 +1,13 @@
 """`spark-images cubins TARGET`: which GPUs can run the device code in a target.
 
-Exit 0 when every library a profile (or --require) names has native code for
-the GPU, 1 when one lacks it, 2 for usage/environment errors.
+Exit codes (also in --help):
+- 1 when nothing in the target runs natively on the GPU (verdict `missing`,
+  `jit-only` or `no-gpu-code`), when a library named by --require / --profile
+  has no native code, or under --strict when any library is not `native` (or a
+  candidate file is unreadable);
+- 0 otherwise: `partial` is a pass unless --require or --strict says more;
+- 2 for usage/environment errors.
+Each reason for exit 1 is one line on stderr naming the target and the file.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ import argparse
 from collections.abc import Iterable
 
 from spark_images.artifacts import Progress
-from spark_images.cli._common import add_json_flag, emit, target
+from spark_images.cli._common import add_json_flag, emit, target, warn
 from spark_images.cubins import CubinReport, scan_target
 from spark_images.cubins import verdict as v
 from spark_images.errors import EXIT_FINDING, EXIT_OK
@@ -23,7 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description=(
             "Classify every fatbin for a GPU: native (a cubin runs), jit_only (only PTX), "
             "missing. TARGET: a .so or .cubin, a directory, a .whl, NAME==VERSION (PyPI, "
-            "linux aarch64 wheel), docker://IMAGE, or HOST/REPO:TAG / HOST/REPO@sha256:..."
+            "linux aarch64 wheel), an OCI or docker-save image archive (.tar), docker://IMAGE, "
+            "or HOST/REPO:TAG / HOST/REPO@sha256:... A cubin counts as native only when its "
+            "payload is an EM_CUDA ELF whose own header names the SM. Exit 1 when nothing runs "
+            "natively (missing, jit-only, no-gpu-code), when a --require/--profile library has no "
+            "native code, or under --strict when any library is not native; partial exits 0 "
+            "otherwise; 2 for usage or environment errors."
         ),
     )
     parser.add_argument("target", type=target, metavar="TARGET")
@@ -40,6 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         action="append",
         default=[],
         help="a library glob relative to site-packages that must have native code (repeatable)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 unless every library is native (partial fails too; so does an unreadable file)",
     )
     parser.add_argument("--progress", action="store_true", help="show download progress on stderr")
     add_json_flag(parser)
@@ -60,7 +76,44 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(enabled=True if args.progress else None)
     report = scan_target(args.target, args.gpu, tuple(required), kernels=args.kernels, progress=progress)
     emit(args, report.to_json(), render_text(report, kernels=args.kernels))
-    return EXIT_FINDING if report.missing_required else EXIT_OK
+    for item in report.warnings:
+        warn("cubins", f"{args.target}: {item['path']}: warning: {item['warning']}")
+    findings = exit_findings(report, strict=args.strict)
+    for line in findings:
+        warn("cubins", line)
+    return EXIT_FINDING if findings else EXIT_OK
+
+
+NOT_NATIVE = (v.V_MISSING, v.V_JIT_ONLY, v.V_NO_GPU_CODE)
+
+
+def _first_unreadable(report: CubinReport) -> str:
+    if not report.unreadable:
+        return ""
+    first = report.unreadable[0]
+    more = f"; {len(report.unreadable) - 1} more unreadable" if len(report.unreadable) > 1 else ""
+    return f"; unreadable: {first['path']}: {first['error'][:300]}{more}"
+
+
+def exit_findings(report: CubinReport, *, strict: bool = False) -> list[str]:
+    """One line per reason to exit 1 (none: exit 0); pure."""
+    gpu = report.gpu.name
+    lines: list[str] = []
+    if report.verdict in NOT_NATIVE:
+        c = report.counts
+        lines.append(
+            f"{report.target}: nothing runs natively on {gpu} (verdict {report.verdict}: "
+            f"{c.native} of {c.units} fatbins native, {c.jit_only} JIT-only, {c.missing} missing"
+            f"{_first_unreadable(report)})"
+        )
+    lines.extend(f"{report.target}: required: {line}" for line in report.missing_required)
+    if strict and report.verdict not in NOT_NATIVE:
+        for lib in report.libraries:
+            if lib.verdict != v.V_NATIVE:
+                lines.append(f"{report.target}: {lib.path}: verdict {lib.verdict}, not native on {gpu} (--strict)")
+        for item in report.unreadable:
+            lines.append(f"{report.target}: {item['path']}: unreadable: {item['error'][:300]} (--strict)")
+    return lines
 
 
 def _kernel_groups(kernels: dict[str, set[str]]) -> Iterable[tuple[str, list[str]]]:
@@ -99,6 +152,8 @@ def render_text(report: CubinReport, *, kernels: bool = False) -> str:
         )
         for problem in lib.problems:
             lines.append(f"      unreadable: {problem}")
+        for warning in lib.warnings:
+            lines.append(f"      warning: {warning}")
         if kernels and lib.kernels:
             classes = lib.kernel_classes(report.gpu)
             for label, names in _kernel_groups(lib.kernels):

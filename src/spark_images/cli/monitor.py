@@ -1,11 +1,17 @@
-"""`spark-images monitor PROFILE --pinned A.json --release B.json [--main C.json]`.
+"""`spark-images monitor PROFILE --pinned A.json --release B.json [--release ...] [--main C.json]`.
 
 Compares `spark-images audit --json` documents of the profile's pinned commit
-and of a newer vLLM release (and main), decides whether to bump the profile,
-writes the pull request body (--body FILE) and, with --apply, moves the
-profile's vLLM pin (and, for the wheel strategy, the release wheel URL and
-sha256 read from the package index) to the release. Exit 0 whatever the
-decision: read `bump` from the --json document.
+and of every newer vLLM release and rc (--release, repeatable; and main),
+decides whether to bump the profile to the newest final release that gains a
+fix the pin lacks, writes the pull request body (--body FILE) and, with
+--apply, moves the profile's vLLM pin (and, for the wheel strategy, the
+release wheel URL and sha256 read from the package index) to it. The
+`discovered` lists of the documents (`audit main --discover`) go into the
+body. Exit 0 whatever the decision: read `bump` from the --json document.
+
+`spark-images monitor PROFILE --new-releases [--repo PATH] --json`: the
+releases (PyPI's finals, vLLM's rc tags) newer than the profile's pin, oldest
+first, each with its commit in the history: the list to audit.
 
 Also runnable as `python -m spark_images.cli.monitor ...`.
 """
@@ -22,10 +28,8 @@ from typing import Any
 from spark_images import atomic, pypi
 from spark_images import monitor as rules
 from spark_images.cli._common import add_json_flag, emit
-from spark_images.errors import EnvironmentProblem, Finding, Problem, UsageError
+from spark_images.errors import Finding, Problem, UsageError
 from spark_images.profiles import load_profile
-
-SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,10 +40,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("profile", metavar="PROFILE", help="profile YAML file (profiles/cu130.yaml)")
-    parser.add_argument("--pinned", required=True, type=Path, metavar="FILE",
+    parser.add_argument("--pinned", type=Path, metavar="FILE",
                         help="`spark-images audit PROFILE --json` output")
-    parser.add_argument("--release", required=True, type=Path, metavar="FILE",
-                        help="`spark-images audit vX.Y.Z --json` output for the newest release")
+    parser.add_argument("--release", type=Path, metavar="FILE", action="append", default=[],
+                        help="`spark-images audit vX.Y.Z --json` output of a newer release or rc (repeatable)")
+    parser.add_argument("--new-releases", action="store_true",
+                        help="list the releases and rcs newer than the pin (to audit), then stop")
+    parser.add_argument("--repo", type=Path, metavar="PATH", help="with --new-releases: a local vLLM clone")
     parser.add_argument("--main", type=Path, metavar="FILE", help="`spark-images audit main --json` output")
     parser.add_argument("--release-version", metavar="X.Y.Z",
                         help="the release's version (default: the release audit's target)")
@@ -63,19 +70,10 @@ def _read_audit(path: Path, option: str) -> dict[str, Any]:
 
 
 def _release_wheel(version: str) -> tuple[str, str]:
-    import requests  # only --apply on a wheel profile needs the network
-
+    """The release wheel's URL and sha256, from the index through the one PyPI client
+    (`pypi.project_index`: size cap, overall deadline, strict JSON); this module does no HTTP."""
     base = pypi.index_url()
-    try:
-        resp = requests.get(f"{base}/vllm/", headers={"Accept": SIMPLE_JSON}, timeout=60)
-    except requests.RequestException as exc:
-        raise EnvironmentProblem(f"cannot reach the package index {base} ({exc.__class__.__name__})") from None
-    if resp.status_code != 200:
-        raise EnvironmentProblem(f"{base}/vllm/ answered HTTP {resp.status_code}")
-    try:
-        doc = resp.json()
-    except ValueError:
-        raise EnvironmentProblem(f"{base}/vllm/ did not answer PEP 691 JSON") from None
+    doc = pypi.project_index("vllm", index=base, what=f"vLLM {version}")
     wheel = rules.pick_aarch64_wheel(doc, version)
     if wheel is None:
         raise Finding(f"{base}/vllm/: no manylinux aarch64 wheel of vLLM {version} (fix: bump by hand, "
@@ -83,21 +81,53 @@ def _release_wheel(version: str) -> tuple[str, str]:
     return wheel
 
 
+def _new_releases(args: argparse.Namespace, pinned_version: str) -> int:
+    from spark_images.audit import Auditor, open_history
+    from spark_images.audit.releases import parse_tag
+
+    pin = parse_tag(pinned_version)
+    if pin is None:
+        raise UsageError(f"{args.profile}: vllm.version {pinned_version!r} is not a release version")
+    auditor = Auditor(open_history(args.repo))
+    rows = [{"version": r.name.version, "tag": r.tag, "kind": r.name.kind, "commit": r.commit,
+             "unchecked": r.why_unchecked or None}
+            for r in auditor.releases() if r.name.key > pin.key]
+    text = "\n".join(f"{r['tag']}\t{r['commit'] or '-'}\t{r['unchecked'] or ''}".rstrip() for r in rows)
+    emit(args, rows, text or f"no release newer than {pinned_version}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
+    if args.new_releases:
+        return _new_releases(args, profile.vllm.version)
+    if args.pinned is None:
+        raise UsageError("--pinned is required (or --new-releases)")
+    if args.release_version and len(args.release) > 1:
+        raise UsageError("--release-version names the version of a single --release; with several, each audit's target is used")
     pinned = _read_audit(args.pinned, "--pinned")
-    release = _read_audit(args.release, "--release")
+    releases = [(path, _read_audit(path, "--release")) for path in args.release]
     main = _read_audit(args.main, "--main") if args.main else None
-    release_version = (args.release_version or str(release.get("target") or "")).removeprefix("v")
-    if rules.version_key(release_version) is None:
-        raise UsageError(f"release version {release_version!r} is not X.Y.Z (fix: pass --release-version)")
+    named: list[tuple[str, dict[str, Any], str]] = []
+    for path, doc in releases:
+        version = (args.release_version or str(doc.get("target") or "")).removeprefix("v")
+        if rules.version_key(version) is None and (rules.version_key(version.split("rc")[0]) is None or "rc" not in version):
+            raise UsageError(f"--release {path}: release version {version!r} is not X.Y.Z or X.Y.ZrcN (fix: pass --release-version)")
+        named.append((version, doc, str(path)))
     try:
-        release_diff = rules.diff_audits(pinned, release, names=(str(args.pinned), str(args.release)))
+        chosen, candidates = rules.choose_release(pinned, named, profile.vllm.version)
         main_diff = rules.diff_audits(pinned, main, names=(str(args.pinned), str(args.main))) if main else None
     except rules.AuditDocError as exc:
         raise UsageError(str(exc)) from None
-    decision = rules.decide_bump(release_diff, profile.vllm.version, release_version)
-    body = rules.render_pr_body(profile.name, profile.vllm.version, release_version, release_diff, decision, main_diff)
+    if chosen is None:  # no new final release today: report rcs, main and discoveries, bump nothing
+        release_version = profile.vllm.version
+        release_diff = main_diff or rules.diff_audits(pinned, pinned, names=(str(args.pinned), str(args.pinned)))
+        decision = rules.Decision(False, "no final release newer than the pin was audited (rcs never bump a profile)")
+    else:
+        release_version, release_diff, decision = chosen.version, chosen.diff, chosen.decision
+    discovered = rules.discovered_of([main, pinned, *(d for _, d in releases)])
+    body = rules.render_pr_body(profile.name, profile.vllm.version, release_version, release_diff, decision, main_diff,
+                                others=candidates, discovered=discovered)
     if args.body:
         atomic.write_text(args.body, body)
 
@@ -105,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     if args.apply and decision.bump:
         commit = release_diff.other_commit
         if len(commit) != 40:
-            raise UsageError(f"--release {args.release}: commit {commit!r} is not the full 40-hex commit")
+            raise UsageError(f"--release {release_version}: commit {commit!r} is not the full 40-hex commit")
         wheel = _release_wheel(release_version) if profile.build.strategy == "wheel" else None
         path = Path(args.profile)
         try:
@@ -128,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
         "title": f"{profile.name}: bump vLLM {profile.vllm.version} -> {release_version}",
         "branch": f"upstream-monitor/{profile.name}-vllm-{release_version}",
         "release": release_diff.to_json(),
+        "candidates": [{"version": c.version, "bump": c.decision.bump, "reason": c.decision.reason,
+                        "gained": [g.pr for g in c.diff.gained]} for c in candidates],
+        "discovered": discovered,
         "main": main_diff.to_json() if main_diff else None,
         "body": str(args.body) if args.body else None,
         "applied": applied,

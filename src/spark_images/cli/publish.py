@@ -2,7 +2,10 @@
 
 No rebuild: the manifest the lock names is fetched by digest and PUT under
 each tag byte for byte, so every tag resolves to the digest the gates proved.
-Then the tags are recorded in the lock entry. Refuses (exit 1) when the lock
+Then the tags are recorded in the lock entry, which becomes `promoted`. Every
+read and check comes first (registry, coherence record, the new lock entry,
+the PR body staged next to its destination); only then do tags move, the lock
+get rewritten and the PR body land. Refuses (exit 1) when the lock
 has no entry for the profile, when a gate did not pass, or when an immutable
 tag already points elsewhere; exit 2 when the registry cannot be reached.
 """
@@ -10,17 +13,20 @@ tag already points elsewhere; exit 2 when the registry cannot be reached.
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
+import os
+import tempfile
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_images import atomic
+from spark_images import inputs
 from spark_images import lock as lockfile
 from spark_images import publish as rules
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.errors import EnvironmentProblem, Finding, UsageError
+from spark_images.inputs import display_path
 from spark_images.registry import tags as registry_tags
 
 
@@ -80,29 +86,59 @@ def _day(text: str | None) -> date:
 def _load_lock(path: Path) -> dict[str, Any]:
     # lock.load_lock treats a missing file as an empty lock; here it is a wrong --lock
     if not path.is_file():
-        raise UsageError(f"{path}: no lock file (fix: build and gate the profile first, or pass --lock FILE)")
-    return lockfile.load_lock(path)
+        raise UsageError(f"{display_path(path)}: no lock file (fix: build and gate the profile first, or pass --lock FILE)")
+    # bounded and strict: a FIFO, a huge file, bytes that are not UTF-8, NaN or deep nesting are named here
+    doc = inputs.load_json(path, what="lock", error=Finding)
+    problems = lockfile.lock_problems(doc, display_path(path))
+    if problems:
+        raise Finding(*problems)
+    return doc  # type: ignore[no-any-return]
 
 
-def _with_gate_result(lock: dict[str, Any], profile: str, path: Path) -> dict[str, Any]:
-    """The lock with the profile's coherence gate taken from the Spark job's result."""
+def _with_gate_result(lock: dict[str, Any], profile: str, path: Path) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
+    """The lock unchanged, and the Spark job's coherence section once it is proved to stand for the entry."""
     images = lock.get("images")
     entry = images.get(profile) if isinstance(images, Mapping) else None
     if not isinstance(entry, Mapping):
-        return lock  # promotion_problems names the missing entry
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"--coherence {path}: cannot read ({exc.strerror})") from None
-    except ValueError as exc:
-        raise UsageError(f"--coherence {path}: not JSON ({exc})") from None
+        return lock, None  # promotion_problems names the missing entry
+    doc = inputs.load_json(path, what="coherence record")
     if not isinstance(doc, Mapping):
-        raise UsageError(f"--coherence {path}: not a JSON object")
-    problems = rules.gate_result_problems(doc, str(entry.get("digest")), str(path))
+        raise UsageError(f"--coherence {display_path(path)}: not a JSON object")
+    problems = rules.gate_result_problems(doc, str(entry.get("digest")), display_path(path))
     if problems:
         raise Finding(*problems)
     section = rules.coherence_section(doc) or {}
-    return {**lock, "images": {**images, profile: rules.entry_with_coherence(entry, section)}}
+    return {**lock, "images": {**images, profile: rules.entry_with_coherence(entry, section)}}, section
+
+
+class _Staged:
+    """A file written next to its destination now and renamed into place later (or removed).
+
+    Writing it first proves the destination is writable before any tag moves;
+    renaming it last means a failure never leaves a PR body for a promotion
+    that did not happen.
+    """
+
+    def __init__(self, destination: str, text: str) -> None:
+        self.destination = Path(destination)
+        if self.destination.is_dir():
+            raise UsageError(f"--pr-body {display_path(self.destination)}: is a directory (fix: name a file, e.g. lock-pr.md)")
+        parent = self.destination.parent
+        if not parent.is_dir():
+            raise UsageError(f"--pr-body {display_path(self.destination)}: no directory {display_path(parent)} (fix: create it first)")
+        try:
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{self.destination.name}.", suffix=".tmp", dir=parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UsageError(f"--pr-body {display_path(self.destination)}: cannot write ({exc.strerror})") from None
+
+    def commit(self) -> None:
+        os.replace(self.tmp, self.destination)
+
+    def discard(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,8 +152,9 @@ def run(args: argparse.Namespace) -> int:
     day = _day(args.date)
     lock_path = Path(args.lock)
     lock = _load_lock(lock_path)
+    section: Mapping[str, Any] | None = None
     if args.coherence:
-        lock = _with_gate_result(lock, profile, Path(args.coherence))
+        lock, section = _with_gate_result(lock, profile, Path(args.coherence))
     problems = rules.promotion_problems(lock, profile, str(lock_path))
     if problems:
         raise Finding(*problems)
@@ -126,25 +163,43 @@ def run(args: argparse.Namespace) -> int:
         tag_list.append(rules.immutable_tag(str(entry.get("cuda_line") or profile), entry["vllm_commit"], day))
     ref = rules.image_ref(entry)
 
+    # every read and every fallible step first ...
     client = registry_tags.TagClient(ref.host, ref.name, insecure_http=True if args.registry_insecure else None)
     manifest = client.get_manifest(ref.digest)
     current = {tag: client.tag_digest(tag) for tag in dict.fromkeys(tag_list)}
     steps, refusals = rules.plan_tags(ref.digest, tag_list, current)
     if refusals:
         raise Finding(*refusals)
+    try:
+        promoted = lockfile.promote(rules.entry_with_tags(entry, list(current)), section)
+    except ValueError as exc:  # promotion_problems should have named it; never write half a promotion
+        raise Finding(f"{display_path(lock_path)}: images.{profile}: {exc}") from None
+    schema = lockfile.entry_problems(promoted, str(lock_path), profile)
+    if schema:
+        raise Finding(*schema)
 
     if not args.dry_run:
-        for step in steps:
-            if step.action != "unchanged":
-                client.put_tag(step.tag, manifest)
-        # read back: a tag counts as published only once the registry resolves it
-        wrong = [f"{t} -> {d}" for t in current if (d := client.tag_digest(t)) != ref.digest]
-        if wrong:
-            raise EnvironmentProblem(f"after the PUT the registry resolves {', '.join(wrong)}, not {ref.digest}")
-        entry = rules.entry_with_tags(entry, list(current))
-        lockfile.update_entry(lock_path, profile, entry)
-        if args.pr_body:
-            atomic.write_text(args.pr_body, rules.lock_pr_body(profile, entry, steps))
+        lock_dir = lock_path.resolve().parent
+        if not os.access(lock_dir, os.W_OK):
+            raise UsageError(f"{display_path(lock_path)}: its directory is not writable, so the lock could not be "
+                             "updated after the tags move (fix: run where the lock can be written)")  # fmt: skip
+        staged = _Staged(args.pr_body, rules.lock_pr_body(profile, promoted, steps)) if args.pr_body else None
+        try:
+            # ... then the writes: tags, read back, the lock, the PR body
+            for step in steps:
+                if step.action != "unchanged":
+                    client.put_tag(step.tag, manifest)
+            # read back: a tag counts as published only once the registry resolves it
+            wrong = [f"{t} -> {d}" for t in current if (d := client.tag_digest(t)) != ref.digest]
+            if wrong:
+                raise EnvironmentProblem(f"{ref.repository}: after the PUT the registry resolves {', '.join(wrong)}, not {ref.digest}")
+            lockfile.update_entry(lock_path, profile, promoted)
+            if staged is not None:
+                staged.commit()
+        finally:
+            if staged is not None:
+                staged.discard()
+        entry = promoted
 
     doc = {
         "profile": profile,
@@ -154,16 +209,16 @@ def run(args: argparse.Namespace) -> int:
         "media_type": manifest.media_type,
         "dry_run": bool(args.dry_run),
         "steps": [s.to_json() for s in steps],
-        "lock": str(lock_path),
+        "lock": display_path(lock_path),
         "lock_tags": list(entry.get("tags") or []),
         "pr_title": rules.lock_pr_title(profile, entry),
     }
     verb = "would " if args.dry_run else ""
     lines = [f"{verb}{s.line(ref.repository)}" for s in steps]
     lines.append(
-        f"{verb}record tags {', '.join(current)} in {lock_path} ({profile})"
+        f"{verb}record tags {', '.join(current)} in {display_path(lock_path)} ({profile})"
         if args.dry_run
-        else f"recorded tags {', '.join(entry['tags'])} in {lock_path} ({profile})"
+        else f"recorded tags {', '.join(entry['tags'])} in {display_path(lock_path)} ({profile})"
     )
     emit(args, doc, "\n".join(lines))
     return 0

@@ -1,4 +1,9 @@
-"""`spark-images render PROFILE [-o DIR]`: the Dockerfile and plan.json of a profile."""
+"""`spark-images render PROFILE [-o DIR]`: the Dockerfile and plan.json of a profile.
+
+With `-o DIR` the whole build context is prepared in memory and written into a
+temporary directory beside DIR, then renamed into place: a failure leaves DIR
+as it was. DIR must be new, empty, or an earlier render (nothing else in it).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import sys
 from pathlib import Path
 
 from spark_images.cli._common import add_json_flag, emit
+from spark_images.inputs import display_path
 from spark_images.render import render_dockerfile, write_render
 from spark_images.resolve import resolve_profile
 
@@ -29,12 +35,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"spark-images render: {warning.line()}", file=sys.stderr)
     if args.output is None:
         dockerfile = render_dockerfile(resolved.plan)
-        emit(args, {"profile": args.profile, "dockerfile": dockerfile, "plan": resolved.plan.to_json()}, dockerfile)
+        emit(args, {"profile": display_path(args.profile), "dockerfile": dockerfile, "plan": resolved.plan.to_json()}, dockerfile)
         return 0
     dockerfile_path, plan_path = write_render(resolved.plan, args.output, resolved.base_dir)
     emit(
         args,
-        {"profile": args.profile, "dockerfile": str(dockerfile_path), "plan": str(plan_path)},
-        f"wrote {dockerfile_path} and {plan_path}",
+        {"profile": display_path(args.profile), "dockerfile": display_path(dockerfile_path), "plan": display_path(plan_path)},
+        f"wrote {display_path(dockerfile_path)} and {display_path(plan_path)}",
     )
     return 0

@@ -9,6 +9,7 @@ from typing import Any
 
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.errors import EXIT_FINDING, EXIT_OK, EnvironmentProblem, Finding, UsageError
+from spark_images.inputs import display_path
 from spark_images.resolve import resolve_profile
 
 
@@ -53,10 +54,11 @@ def run(args: argparse.Namespace) -> int:
     text: list[str] = []  # summaries, to stdout
     problems: list[str] = []  # one line per problem, to stderr
     worst = EXIT_OK
-    for path in args.profiles:
+    for given in args.profiles:
+        path = display_path(given)  # a file name that is not UTF-8 still prints (and serialises)
         entry: dict[str, Any] = {"profile": path}
         try:
-            resolved = resolve_profile(path)
+            resolved = resolve_profile(given)
         except (Finding, UsageError) as exc:
             status = "invalid" if isinstance(exc, Finding) else "error"
             entry.update(status=status, problems=[p.to_json() for p in exc.problems])

@@ -19,16 +19,44 @@ from urllib.parse import urlsplit
 
 import requests
 
+from spark_images.inputs import json_depth_exceeds
+from spark_images.registry import http
+
+JSON_CAP = 4 * http.MiB  # one completion with logprobs is a few KiB
+STREAM_CAP = 16 * http.MiB  # a streamed answer of a few hundred tokens is ~100 KiB
+METRICS_CAP = 8 * http.MiB
+
 
 class ServerError(Exception):
-    """The server did not answer as the OpenAI API says (HTTP error, refused, bad JSON)."""
+    """The server did not answer as the OpenAI API says (HTTP error, refused, bad JSON).
+
+    `timed_out` is set when the request ran past its overall deadline: the
+    gate then stops asking a server that does not answer.
+    """
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+def _usage_tokens(doc: dict[str, Any], where: str) -> object:
+    """`usage.completion_tokens` as the server sent it (judged by the caller), or None.
+
+    A `usage` that is there but not an object is a malformed answer.
+    """
+    usage = doc.get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise ServerError(f"{where}: `usage` is a {type(usage).__name__}, not an object")
+    return usage.get("completion_tokens")
 
 
 @dataclass
 class Completion:
     text: str
     finish_reason: str | None = None
-    completion_tokens: int | None = None
+    completion_tokens: object = None  # as reported: speed.token_count judges it
     tokens: list[str] | None = None  # with logprobs
     top_logprobs: list[dict[str, float]] | None = None
     reasoning: str | None = None
@@ -41,7 +69,7 @@ class StreamResult:
     times: list[float] = field(default_factory=list)  # monotonic arrival of each content piece
     t_sent: float = 0.0
     finish_reason: str | None = None
-    completion_tokens: int | None = None
+    completion_tokens: object = None  # as reported: speed.token_count judges it
     done: bool = False  # saw `data: [DONE]`
 
 
@@ -86,20 +114,45 @@ class OpenAIClient:
     def _url(self, path: str) -> str:
         return f"{self.base_url}{path}"
 
-    def _post(self, path: str, body: dict[str, Any], *, stream: bool = False) -> requests.Response:
-        try:
-            resp = self.session.post(self._url(path), json=body, timeout=self.timeout_s, stream=stream)
-        except requests.RequestException as exc:
-            raise ServerError(f"POST {path}: {exc.__class__.__name__}: {exc}") from exc
-        if resp.status_code != 200:
-            raise ServerError(f"POST {path}: HTTP {resp.status_code}: {resp.text[:300]}")
-        return resp
+    def _deadline(self, timeout_s: float | None = None) -> http.Deadline:
+        return http.Deadline(timeout_s or self.timeout_s)
 
-    def _get(self, path: str, timeout_s: float | None = None) -> requests.Response:
+    def _send(self, method: str, path: str, deadline: http.Deadline, **kwargs: Any) -> requests.Response:
+        url = self._url(path)
         try:
-            return self.session.get(self._url(path), timeout=timeout_s or self.timeout_s)
+            return http.send(self.session, method, url, deadline=deadline, **kwargs)
+        except http.DeadlineExceeded as exc:
+            raise ServerError(f"{method} {url}: {exc.message}", timed_out=True) from None
+        except http.HttpProblem as exc:
+            raise ServerError(f"{method} {url}: {exc.message}") from None
+        except requests.Timeout as exc:
+            raise ServerError(f"{method} {url}: {exc.__class__.__name__}", timed_out=True) from None
         except requests.RequestException as exc:
-            raise ServerError(f"GET {path}: {exc.__class__.__name__}: {exc}") from exc
+            raise ServerError(f"{method} {url}: {exc.__class__.__name__}: {str(exc)[:200]}") from None
+
+    def _read(self, resp: requests.Response, path: str, deadline: http.Deadline, cap: int) -> bytes:
+        url = self._url(path)
+        try:
+            return http.read_body(resp, deadline=deadline, url=url, cap=cap)
+        except http.DeadlineExceeded as exc:
+            raise ServerError(f"{url}: {exc.message}", timed_out=True) from None
+        except http.HttpProblem as exc:
+            raise ServerError(f"{url}: {exc.message}") from None
+        except requests.RequestException as exc:
+            raise ServerError(f"{url}: the answer broke off ({exc.__class__.__name__})") from None
+
+    def _post(self, path: str, body: dict[str, Any], *, stream: bool = False) -> tuple[requests.Response, http.Deadline]:
+        deadline = self._deadline()
+        resp = self._send("POST", path, deadline, json=body, timeout=deadline.timeout())
+        if resp.status_code != 200:
+            detail = http.error_text(resp, deadline, self._url(path))
+            raise ServerError(f"POST {self._url(path)}: HTTP {resp.status_code}" + (f": {detail}" if detail else ""))
+        return resp, deadline
+
+    def _get(self, path: str, timeout_s: float | None = None, cap: int = JSON_CAP) -> tuple[int, bytes]:
+        deadline = self._deadline(timeout_s)
+        resp = self._send("GET", path, deadline, timeout=deadline.timeout())
+        return resp.status_code, self._read(resp, path, deadline, cap)
 
     def _sampling(self, max_tokens: int, *, ignore_eos: bool = False) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -122,11 +175,14 @@ class OpenAIClient:
     # --- endpoints --------------------------------------------------------------------
 
     def health(self, timeout_s: float = 5.0) -> int | None:
-        """HTTP status of /health, or None when nothing answers yet."""
+        """HTTP status of /health, or None when nothing answers (in time)."""
+        deadline = self._deadline(timeout_s)
         try:
-            return self.session.get(self._url("/health"), timeout=timeout_s).status_code
-        except requests.RequestException:
+            resp = http.send(self.session, "GET", self._url("/health"), deadline=deadline, timeout=deadline.timeout())
+        except (http.HttpProblem, requests.RequestException):
             return None
+        resp.close()
+        return resp.status_code
 
     def connection_refused(self, timeout_s: float = 5.0) -> str | None:
         """Why no connection can be made at all (refused, no such host), or None.
@@ -134,29 +190,35 @@ class OpenAIClient:
         A vLLM server opens its port before it loads the model, so a refused
         connection means nothing is there, not a server still starting.
         """
+        deadline = self._deadline(timeout_s)
         try:
-            self.session.get(self._url("/health"), timeout=timeout_s)
+            resp = http.send(self.session, "GET", self._url("/health"), deadline=deadline, timeout=deadline.timeout())
         except requests.ConnectionError as exc:
             text = str(exc).lower()
             if "name or service not known" in text or "nodename nor servname" in text or "failed to resolve" in text:
                 return "no such host"
             return "connection refused"
-        except requests.RequestException:
+        except (http.HttpProblem, requests.RequestException):
             return None
+        resp.close()
         return None
 
     def models(self) -> list[str]:
-        resp = self._get("/v1/models", 30)
-        try:
-            return [str(m["id"]) for m in resp.json()["data"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ServerError(f"GET /v1/models: unexpected answer {resp.text[:200]!r}") from exc
+        status, body = self._get("/v1/models", 30)
+        where = f"GET {self._url('/v1/models')}"
+        if status != 200:
+            raise ServerError(f"{where}: HTTP {status}")
+        doc = self._parse(body, where)
+        data = doc.get("data")
+        if not isinstance(data, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
+            raise ServerError(f"{where}: `data` is not a list of models with string ids")
+        return [str(m["id"])[:200] for m in data]
 
     def metrics(self) -> str:
-        resp = self._get("/metrics", 30)
-        if resp.status_code != 200:
-            raise ServerError(f"GET /metrics: HTTP {resp.status_code}")
-        return resp.text
+        status, body = self._get("/metrics", 30, cap=METRICS_CAP)
+        if status != 200:
+            raise ServerError(f"GET {self._url('/metrics')}: HTTP {status}")
+        return body.decode("utf-8", errors="replace")
 
     def complete(
         self, prompt: str, max_tokens: int, *, logprobs: int | None = None, ignore_eos: bool = False
@@ -165,35 +227,35 @@ class OpenAIClient:
         body["prompt"] = prompt
         if logprobs is not None:
             body["logprobs"] = logprobs
-        doc = self._json(self._post("/v1/completions", body), "/v1/completions")
+        doc = self._json("/v1/completions", body)
         try:
             choice = doc["choices"][0]
             out = Completion(
                 text=choice.get("text") or "",
                 finish_reason=choice.get("finish_reason"),
-                completion_tokens=(doc.get("usage") or {}).get("completion_tokens"),
+                completion_tokens=_usage_tokens(doc, self._url("/v1/completions")),
             )
             lp = choice.get("logprobs")
             if lp:
                 out.tokens = list(lp.get("tokens") or [])
                 out.top_logprobs = [dict(t or {}) for t in lp.get("top_logprobs") or []]
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise ServerError(f"/v1/completions: unexpected answer {json.dumps(doc)[:200]}") from exc
-        return out
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise ServerError(f"{self._url('/v1/completions')}: unexpected answer {_excerpt(doc)}") from exc
+        return _checked(out, self._url("/v1/completions"))
 
     def chat(self, message: str, max_tokens: int, *, top_logprobs: int | None = None) -> Completion:
         body = self._chat_body(message, max_tokens)
         if top_logprobs:
             body["logprobs"] = True
             body["top_logprobs"] = top_logprobs
-        doc = self._json(self._post("/v1/chat/completions", body), "/v1/chat/completions")
+        doc = self._json("/v1/chat/completions", body)
         try:
             choice = doc["choices"][0]
             msg = choice.get("message") or {}
             out = Completion(
                 text=msg.get("content") or "",
                 finish_reason=choice.get("finish_reason"),
-                completion_tokens=(doc.get("usage") or {}).get("completion_tokens"),
+                completion_tokens=_usage_tokens(doc, self._url("/v1/chat/completions")),
                 reasoning=msg.get("reasoning_content") or msg.get("reasoning"),
             )
             lp = choice.get("logprobs")
@@ -202,9 +264,9 @@ class OpenAIClient:
                 out.top_logprobs = [
                     {t["token"]: t["logprob"] for t in c.get("top_logprobs") or []} for c in lp["content"]
                 ]
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise ServerError(f"/v1/chat/completions: unexpected answer {json.dumps(doc)[:200]}") from exc
-        return out
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise ServerError(f"{self._url('/v1/chat/completions')}: unexpected answer {_excerpt(doc)}") from exc
+        return _checked(out, self._url("/v1/chat/completions"))
 
     def stream_complete(self, prompt: str, max_tokens: int, *, ignore_eos: bool = False) -> StreamResult:
         body = self._sampling(max_tokens, ignore_eos=ignore_eos)
@@ -218,42 +280,82 @@ class OpenAIClient:
 
     # --- helpers ----------------------------------------------------------------------
 
+    def _json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        resp, deadline = self._post(path, body)
+        return self._parse(self._read(resp, path, deadline, JSON_CAP), f"POST {self._url(path)}")
+
     @staticmethod
-    def _json(resp: requests.Response, path: str) -> dict[str, Any]:
+    def _parse(data: bytes, where: str) -> dict[str, Any]:
+        text = data.decode("utf-8", errors="replace")
+        if json_depth_exceeds(text):
+            raise ServerError(f"{where}: the answer nests too deeply")
         try:
-            doc = resp.json()
-        except ValueError as exc:
-            raise ServerError(f"{path}: answer is not JSON: {resp.text[:200]!r}") from exc
+            doc = json.loads(text)
+        except (ValueError, RecursionError):
+            raise ServerError(f"{where}: answer is not JSON: {text[:200]!r}") from None
         if not isinstance(doc, dict):
-            raise ServerError(f"{path}: answer is not a JSON object")
+            raise ServerError(f"{where}: answer is not a JSON object")
         return doc
 
     def _stream(self, path: str, body: dict[str, Any], *, chat: bool) -> StreamResult:
         result = StreamResult(t_sent=time.monotonic())
-        resp = self._post(path, body, stream=True)
+        url = self._url(path)
+        resp, deadline = self._post(path, body, stream=True)
         try:
-            # chunk_size=None: hand over each HTTP chunk as it arrives (one SSE event each on
+            # chunk=None: hand over each HTTP chunk as it arrives (one SSE event each on
             # vLLM), so arrival times are token times, not buffer-fill times.
-            for when, data in iter_sse(resp.iter_content(chunk_size=None)):
+            pieces = http.iter_body(resp, deadline=deadline, url=url, cap=STREAM_CAP, chunk=None)
+            for when, data in iter_sse(pieces):
                 if data == "[DONE]":
                     result.done = True
                     break
-                try:
-                    doc = json.loads(data)
-                except ValueError as exc:
-                    raise ServerError(f"{path}: stream event is not JSON: {data[:120]!r}") from exc
-                if doc.get("usage"):
-                    result.completion_tokens = doc["usage"].get("completion_tokens")
-                for choice in doc.get("choices") or []:
-                    piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-                    if piece:
+                doc = self._parse(data.encode("utf-8"), f"{url} stream event")
+                if doc.get("usage") is not None:
+                    result.completion_tokens = _usage_tokens(doc, f"{url} stream event")
+                choices = doc.get("choices") or []
+                if not isinstance(choices, list):
+                    raise ServerError(f"{url}: stream event `choices` is not a list")
+                for choice in choices:
+                    if not isinstance(choice, dict):
+                        raise ServerError(f"{url}: stream event choice is not an object")
+                    delta = choice.get("delta") if chat else None
+                    piece = (delta.get("content") if isinstance(delta, dict) else None) if chat else choice.get("text")
+                    if isinstance(piece, str) and piece:
                         result.pieces.append(piece)
                         result.times.append(when)
-                    if choice.get("finish_reason"):
+                    if isinstance(choice.get("finish_reason"), str):
                         result.finish_reason = choice["finish_reason"]
+        except http.DeadlineExceeded as exc:
+            raise ServerError(f"{url}: stream: {exc.message}", timed_out=True) from None
+        except http.HttpProblem as exc:
+            raise ServerError(f"{url}: stream: {exc.message}") from None
         except requests.RequestException as exc:
-            raise ServerError(f"{path}: stream broke: {exc.__class__.__name__}: {exc}") from exc
+            raise ServerError(f"{url}: stream broke: {exc.__class__.__name__}") from None
         finally:
             resp.close()
         result.text = "".join(result.pieces)
         return result
+
+
+def _checked(out: Completion, where: str) -> Completion:
+    """The answer's fields have the types the API gives them, or ServerError naming the field."""
+    if not isinstance(out.text, str):
+        raise ServerError(f"{where}: the answer's text is a {type(out.text).__name__}, not a string")
+    if out.finish_reason is not None and not isinstance(out.finish_reason, str):
+        raise ServerError(f"{where}: finish_reason is not a string")
+    if out.reasoning is not None and not isinstance(out.reasoning, str):
+        out.reasoning = None
+    if out.tokens is not None and not all(isinstance(t, str) for t in out.tokens):
+        raise ServerError(f"{where}: logprobs tokens are not all strings")
+    if out.top_logprobs is not None and not all(
+        isinstance(top, dict) and all(isinstance(k, str) for k in top) for top in out.top_logprobs
+    ):
+        raise ServerError(f"{where}: top_logprobs are not objects of token -> logprob")
+    return out
+
+
+def _excerpt(doc: object) -> str:
+    try:
+        return json.dumps(doc)[:200]
+    except (TypeError, ValueError, RecursionError):
+        return repr(type(doc))

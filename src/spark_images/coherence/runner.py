@@ -13,6 +13,7 @@ talks to the server and the engine, and always removes the container.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,11 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spark_images.coherence import compare, gpu, probes, scoring, speed, verdict
+from spark_images.coherence import gpu, probes, scoring, speed, verdict
 from spark_images.coherence.client import Completion, OpenAIClient, ServerError
 from spark_images.coherence.signatures import LogScan, backend_mismatches
 from spark_images.coherence.verdict import Combination
-from spark_images.errors import EnvironmentProblem
+from spark_images.errors import EnvironmentProblem, Problem, UsageError
+from spark_images.profiles import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
 
 if TYPE_CHECKING:
     from spark_images.engine.containers import ServedContainer
@@ -55,6 +57,17 @@ class GateOptions:
     ab_tokens: int = 32
     endpoints: tuple[probes.Endpoint, ...] = ("completions", "chat")
 
+    def __post_init__(self) -> None:
+        # NaN compares false with everything: `--health-timeout nan` would wait forever
+        for name in ("health_timeout_s", "health_poll_s", "request_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                flag = "--" + name.removesuffix("_s").replace("_", "-")
+                raise UsageError(
+                    Problem(file="command line", field=flag, message=f"{value!r} is not a finite number of seconds above 0",
+                            fix=f"e.g. {flag} 1800")
+                )
+
 
 @dataclass
 class Outcome:
@@ -63,7 +76,7 @@ class Outcome:
     reasons: list[str] = field(default_factory=list)  # each one fails the combination
     warnings: list[str] = field(default_factory=list)
     doc: dict[str, Any] = field(default_factory=dict)
-    greedy: list[Completion] = field(default_factory=list)  # for the A/B, not recorded
+    greedy: list[verdict.Greedy] = field(default_factory=list)  # for the A/B, not recorded
 
 
 class ServerGone(Exception):
@@ -159,10 +172,13 @@ def check_degeneracy(client: OpenAIClient, opts: GateOptions, outcome: Outcome) 
             streamed = client.stream_chat(probes.OPEN_PROMPT, opts.open_max_tokens)
         else:
             streamed = client.stream_complete(probes.OPEN_PROMPT + "\n\n", opts.open_max_tokens)
+        count = speed.token_count(streamed.completion_tokens, len(streamed.pieces), opts.open_max_tokens)
+        if count.problem:
+            outcome.warnings.append(f"open prompt ({endpoint}): {count.problem}; the streamed pieces are counted instead")
         report = scoring.score_text(
             streamed.text,
             streamed.pieces,
-            completion_tokens=streamed.completion_tokens,
+            completion_tokens=count.value,
             expected_scripts=opts.expected_scripts,
             thresholds=probes.OPEN_THRESHOLDS,
         )
@@ -171,11 +187,20 @@ def check_degeneracy(client: OpenAIClient, opts: GateOptions, outcome: Outcome) 
     outcome.doc["degeneracy"] = doc
 
 
-def check_concurrency(client: OpenAIClient, opts: GateOptions, outcome: Outcome) -> None:
+def _greedy(answer: Completion) -> verdict.Greedy:
+    return verdict.Greedy(
+        answer.text,
+        tuple(answer.tokens) if answer.tokens is not None else None,
+        tuple(answer.top_logprobs) if answer.top_logprobs is not None else None,
+    )
+
+
+def observe_concurrency(client: OpenAIClient, opts: GateOptions) -> verdict.ConcurrencyObservation:
+    """The serial greedy answer, then `concurrency` of the same request at once."""
     n, k = opts.concurrency_tokens, opts.top_logprobs
     serial = client.complete(probes.CONCURRENCY_PROMPT, n, logprobs=k)
     pool = ThreadPoolExecutor(max_workers=opts.concurrency)
-    answers: list[Completion | ServerError] = []
+    answers: list[verdict.Greedy | str] = []
     try:
         futures = [
             pool.submit(client.complete, probes.CONCURRENCY_PROMPT, n, logprobs=k)
@@ -183,106 +208,61 @@ def check_concurrency(client: OpenAIClient, opts: GateOptions, outcome: Outcome)
         ]
         for fut in futures:
             try:
-                answers.append(fut.result())
+                answers.append(_greedy(fut.result()))
             except ServerError as exc:
-                answers.append(exc)
+                answers.append(str(exc))
     finally:
         # On Ctrl-C, do not wait for requests to a server that is about to be removed.
         pool.shutdown(wait=False, cancel_futures=True)
-    verdicts: list[dict[str, Any]] = []
-    counts = {"identical": 0, "close": 0, "diverged": 0, "error": 0}
-    for i, got in enumerate(answers):
-        if isinstance(got, ServerError):
-            counts["error"] += 1
-            verdicts.append({"request": i, "verdict": "error", "detail": str(got)[:200]})
-            continue
-        if serial.tokens is not None and got.tokens is not None:
-            cmp = compare.compare_greedy(serial.tokens, serial.top_logprobs, got.tokens, got.top_logprobs, n=n)
-        else:  # no logprobs from this server: compare the text
-            same = serial.text == got.text
-            cmp = compare.TokenComparison(
-                "identical" if same else "diverged", None, "texts " + ("equal" if same else "differ")
-            )
-        counts[cmp.verdict] += 1
-        if cmp.verdict != "identical":
-            verdicts.append({"request": i, **cmp.to_json(), "sample": got.text[:120]})
-    outcome.doc["concurrency"] = {
-        "requests": opts.concurrency,
-        "tokens": n,
-        **counts,
-        "serial_sample": serial.text[:120],
-        "differences": verdicts,
-    }
-    if counts["error"]:
-        outcome.reasons.append(f"concurrency: {counts['error']} of {opts.concurrency} parallel requests failed")
-        first = next(a for a in answers if isinstance(a, ServerError))
-        raise first  # lets check_server ask whether the server is still there
-    if counts["diverged"]:
-        outcome.reasons.append(
-            f"concurrency: {counts['diverged']} of {opts.concurrency} parallel answers differ from the "
-            f"serial greedy answer in the first {n} tokens"
-        )
-    if counts["close"]:
-        outcome.warnings.append(
-            f"concurrency: {counts['close']} parallel answers diverge from serial within the top-{k}"
-        )
+    return verdict.ConcurrencyObservation(opts.concurrency, n, k, _greedy(serial), tuple(answers))
 
 
-def check_speed(client: OpenAIClient, opts: GateOptions, outcome: Outcome) -> None:
+def _apply(outcome: Outcome, key: str, judged: verdict.Judgement) -> None:
+    outcome.doc[key] = judged.doc
+    outcome.reasons += judged.reasons
+    outcome.warnings += judged.warnings
+
+
+def check_concurrency(client: OpenAIClient, opts: GateOptions, outcome: Outcome) -> None:
+    obs = observe_concurrency(client, opts)
+    _apply(outcome, "concurrency", verdict.judge_concurrency(obs))
+    first_error = next((a for a in obs.parallel if isinstance(a, str)), None)
+    if first_error is not None:
+        raise ServerError(first_error)  # lets check_server ask whether the server is still there
+
+
+def observe_speed(client: OpenAIClient, opts: GateOptions) -> verdict.SpeedObservation:
+    """`speed_runs` timed streams with ignore_eos, and /metrics before and after."""
+    problems: list[str] = []
+    before: dict[str, float] | None
     try:
-        before: dict[str, float] | None = speed.parse_prometheus(client.metrics())
+        before = speed.parse_prometheus(client.metrics())
     except ServerError as exc:
         before = None
-        outcome.warnings.append(f"speed: /metrics unavailable ({exc})")
-    runs: list[dict[str, Any]] = []
-    rates: list[float] = []
-    total_tokens = 0
+        problems.append(f"speed: /metrics unavailable ({exc})")
+    runs = []
     for _ in range(opts.speed_runs):
         streamed = client.stream_complete(probes.SPEED_PROMPT, opts.speed_tokens, ignore_eos=True)
-        n_tokens = streamed.completion_tokens or len(streamed.pieces)
-        total_tokens += n_tokens
-        rate = None
-        if streamed.times:
-            rate = speed.decode_tokens_per_s(n_tokens, streamed.times[0], streamed.times[-1])
-        if rate is not None:
-            rates.append(rate)
-        runs.append(
-            {
-                "tokens": n_tokens,
-                "decode_tokens_per_s": round(rate, 2) if rate else None,
-                "ttft_s": round(streamed.times[0] - streamed.t_sent, 4) if streamed.times else None,
-            }
-        )
-        if n_tokens != opts.speed_tokens:
-            outcome.warnings.append(
-                f"speed: asked {opts.speed_tokens} tokens with ignore_eos, got {n_tokens}"
-            )
-    med = speed.median(rates)
-    doc: dict[str, Any] = {
-        "decode_tokens_per_s": round(med, 2) if med else None,
-        "runs": runs,
-        "tokens_per_run": opts.speed_tokens,
-    }
-    if med is None:
-        outcome.warnings.append("speed: the stream could not be timed (fewer than 2 timed tokens)")
+        runs.append(verdict.SpeedRun(streamed.completion_tokens, len(streamed.pieces), tuple(streamed.times),
+                                     streamed.t_sent))  # fmt: skip
+    after: dict[str, float] | None = None
     if before is not None:
         try:
             after = speed.parse_prometheus(client.metrics())
         except ServerError as exc:
-            outcome.warnings.append(f"speed: /metrics unavailable after the runs ({exc})")
-        else:
-            cross = speed.cross_check(before, after, total_tokens, med)
-            doc["cross_check"] = cross.to_json()
-            if not cross.ok:
-                outcome.warnings.append(f"speed cross-check: {cross.detail}")
-    outcome.doc["speed"] = doc
+            problems.append(f"speed: /metrics unavailable after the runs ({exc})")
+    return verdict.SpeedObservation(opts.speed_tokens, tuple(runs), before, after, tuple(problems))
+
+
+def check_speed(client: OpenAIClient, opts: GateOptions, outcome: Outcome) -> None:
+    _apply(outcome, "speed", verdict.judge_speed(observe_speed(client, opts)))
 
 
 def collect_greedy(client: OpenAIClient, opts: GateOptions, outcome: Outcome) -> None:
     """Greedy tokens + top logprobs on fixed prompts, for an A/B between backends."""
     prompts = [p.completion_prompt for p in probes.probe_set(opts.seed)[:6]]
     prompts.append(probes.CONCURRENCY_PROMPT)
-    outcome.greedy = [client.complete(p, opts.ab_tokens, logprobs=opts.top_logprobs) for p in prompts]
+    outcome.greedy = [_greedy(client.complete(p, opts.ab_tokens, logprobs=opts.top_logprobs)) for p in prompts]
 
 
 def warm_up(client: OpenAIClient, opts: GateOptions) -> None:
@@ -320,6 +300,9 @@ def check_server(
                 step(client, opts, outcome)
             except ServerError as exc:
                 _guard(outcome, what, alive, exc)
+                if exc.timed_out:  # a server that does not answer in time is not asked again
+                    outcome.reasons.append(f"stopped after {what}: the server did not answer within its deadline")
+                    break
     except ServerGone:
         pass
     return outcome
@@ -374,7 +357,7 @@ def run_in_container(
     env: Mapping[str, str] | None,
     volumes: Sequence[tuple[str, str]],
     progress: Progress,
-) -> tuple[dict[str, Any], list[Completion]]:
+) -> tuple[dict[str, Any], list[verdict.Greedy]]:
     from spark_images.engine import containers  # the only Docker-touching code of the gate
 
     watch = _LogWatch()
@@ -423,30 +406,11 @@ def _check_container(
 
 
 def apply_ab(
-    results: list[dict[str, Any]], greedy: Mapping[int, list[Completion]], reference_moe: str, opts: GateOptions
-) -> None:
-    """Compare each passed combination's greedy samples with the reference backend's."""
-    for model in dict.fromkeys(r["model"] for r in results):
-        refs = [i for i, r in enumerate(results) if r["model"] == model and r["moe_backend"] == reference_moe]
-        ref_i = next((i for i in refs if results[i]["status"] == "passed"), None)
-        for i, r in enumerate(results):
-            if r["model"] != model or i == ref_i or r["status"] != "passed":
-                continue
-            if ref_i is None:
-                r["ab"] = {"reference": reference_moe, "status": "skipped", "reason": "no passing reference"}
-                r["warnings"].append(f"A/B: no passing {reference_moe} combination to compare with")
-                continue
-            pairs = zip(greedy.get(ref_i, []), greedy.get(i, []), strict=False)
-            diffs = []
-            for a, b in pairs:
-                cmp = compare.compare_greedy(a.tokens or [], a.top_logprobs, b.tokens or [], b.top_logprobs,
-                                             n=opts.ab_tokens)  # fmt: skip
-                if not cmp.ok:
-                    diffs.append(cmp.detail)
-            r["ab"] = {"reference": reference_moe, "compared": len(greedy.get(i, [])), "diverged": diffs}
-            if diffs:
-                r["status"] = "failed"
-                r["reasons"].append(f"A/B against {reference_moe}: {len(diffs)} greedy samples diverge")
+    results: list[dict[str, Any]], greedy: Mapping[int, list[verdict.Greedy]], reference_moe: str, opts: GateOptions
+) -> list[dict[str, Any]]:
+    """New combination records with the A/B against the reference backend judged in."""
+    judged = verdict.judge_ab(results, greedy, reference_moe, opts.ab_tokens)
+    return [verdict.with_judgement(r, "ab", judged[i]) if i in judged else r for i, r in enumerate(results)]
 
 
 # --- the gate ---------------------------------------------------------------------------
@@ -464,9 +428,9 @@ def _skip_reason(assume_gpu: bool) -> tuple[str | None, dict[str, Any]]:
 def gate_image(
     image_ref: str,
     models: Sequence[str],
-    moe_backends: Sequence[str] = ("auto", "flashinfer_b12x", "marlin"),
+    moe_backends: Sequence[str] = DEFAULT_MOE_BACKENDS,
     linear_backends: Sequence[str] | None = None,
-    kv_cache_dtypes: Sequence[str] = ("auto",),
+    kv_cache_dtypes: Sequence[str] = DEFAULT_KV_CACHE_DTYPES,
     *,
     health_timeout_s: float = 1800.0,
     gpus: str | None = "all",
@@ -486,7 +450,7 @@ def gate_image(
         return {"status": "skipped", "reason": skip, "image": image_ref, **gpu_doc, "combinations": []}
     combos = verdict.combinations(models, moe_backends, linear_backends, kv_cache_dtypes)
     results: list[dict[str, Any]] = []
-    greedy: dict[int, list[Completion]] = {}
+    greedy: dict[int, list[verdict.Greedy]] = {}
     for combo in combos:
         progress(f"{combo.label()}: starting")
         doc, samples = run_in_container(image_ref, combo, opts, gpus=gpus, serve_args=serve_args,
@@ -495,7 +459,7 @@ def gate_image(
         results.append(doc)
         progress(f"{combo.label()}: {doc['status']}" + (f" ({doc['reasons'][0]})" if doc["reasons"] else ""))
     if opts.ab_reference:
-        apply_ab(results, greedy, opts.ab_reference, opts)
+        results = apply_ab(results, greedy, opts.ab_reference, opts)
     return _section(results, models, image_ref, serve_args, env, gpu_doc)
 
 

@@ -23,11 +23,54 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 ITL_HISTOGRAMS = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
 
 
+@dataclass(frozen=True)
+class TokenCount:
+    """How many tokens a run produced, and where that number came from.
+
+    `value` is None when the server's count cannot be believed; `problem`
+    then says why, and the speed figure is `unknown` for that reason.
+    """
+
+    value: int | None
+    source: str  # "usage" | "stream pieces"
+    problem: str | None = None
+
+
+def token_count(reported: object, pieces: int, asked: int) -> TokenCount:
+    """Judge `usage.completion_tokens` against the request and the streamed text.
+
+    A usable count is a finite, non-negative integer, at most the `asked`
+    max_tokens (a server cannot generate more), and at least the number of
+    non-empty pieces streamed minus one (each piece is one or more tokens; a
+    final piece may carry none). Without a count the pieces are the count.
+    """
+    if reported is None:
+        return TokenCount(pieces, "stream pieces")
+    if isinstance(reported, bool) or not isinstance(reported, int | float):
+        return TokenCount(None, "usage", f"usage.completion_tokens is a {type(reported).__name__}, not a number")
+    if isinstance(reported, float):
+        if not math.isfinite(reported):
+            return TokenCount(None, "usage", f"usage.completion_tokens is {reported!r}, not a finite number")
+        if not reported.is_integer():
+            return TokenCount(None, "usage", f"usage.completion_tokens is {reported!r}, not a whole number")
+        reported = int(reported)
+    if reported < 0:
+        return TokenCount(None, "usage", f"usage.completion_tokens is {reported}, below zero")
+    if reported > asked:
+        return TokenCount(None, "usage", f"usage.completion_tokens is {reported}, more than the {asked} asked for")
+    if pieces > reported + 1:
+        return TokenCount(None, "usage", f"usage.completion_tokens is {reported}, fewer than the {pieces} pieces streamed")
+    return TokenCount(reported, "usage")
+
+
 def decode_tokens_per_s(n_tokens: int, t_first: float, t_last: float) -> float | None:
     """None when there is nothing to time (fewer than 2 tokens or no elapsed time)."""
-    if n_tokens < 2 or t_last <= t_first:
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 2:
         return None
-    return (n_tokens - 1) / (t_last - t_first)
+    if not (math.isfinite(t_first) and math.isfinite(t_last)) or t_last <= t_first:
+        return None
+    rate = (n_tokens - 1) / (t_last - t_first)
+    return rate if math.isfinite(rate) else None
 
 
 def median(values: Sequence[float]) -> float | None:
@@ -47,7 +90,7 @@ def parse_prometheus(text: str) -> dict[str, float]:
             value = float(m.group("value"))
         except ValueError:
             continue
-        if math.isnan(value):
+        if not math.isfinite(value):
             continue
         totals[m.group("name")] = totals.get(m.group("name"), 0.0) + value
     return totals

@@ -182,3 +182,204 @@ def gate_status(results: Sequence[Mapping[str, Any]], models: Sequence[str]) -> 
     if missing:
         return "failed", "no coherent combination for " + ", ".join(missing)
     return "passed", ""
+
+
+# --- observations and their judgement -------------------------------------------------
+# The runner only observes (what the server answered, when); these functions decide.
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A check's record section, what fails the combination, and what only warns."""
+
+    doc: dict[str, Any]
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Greedy:
+    """One greedy answer: its text and, when the server gave logprobs, tokens and top-k."""
+
+    text: str
+    tokens: tuple[str, ...] | None = None
+    top_logprobs: tuple[Mapping[str, float], ...] | None = None
+
+
+@dataclass(frozen=True)
+class ConcurrencyObservation:
+    """The serial answer and each parallel answer (an error as its message)."""
+
+    requests: int
+    tokens: int
+    top_k: int
+    serial: Greedy
+    parallel: tuple[Greedy | str, ...]
+
+
+def judge_concurrency(obs: ConcurrencyObservation) -> Judgement:
+    """Parallel greedy answers must equal the serial one (or be a near-tie within the top-k)."""
+    from spark_images.coherence import compare
+
+    differences: list[dict[str, Any]] = []
+    counts = {"identical": 0, "close": 0, "diverged": 0, "error": 0}
+    serial = obs.serial
+    for i, got in enumerate(obs.parallel):
+        if isinstance(got, str):
+            counts["error"] += 1
+            differences.append({"request": i, "verdict": "error", "detail": got[:200]})
+            continue
+        if serial.tokens is not None and got.tokens is not None:
+            cmp = compare.compare_greedy(serial.tokens, serial.top_logprobs, got.tokens, got.top_logprobs, n=obs.tokens)
+        else:  # no logprobs from this server: compare the text
+            same = serial.text == got.text
+            cmp = compare.TokenComparison("identical" if same else "diverged", None, "texts " + ("equal" if same else "differ"))
+        counts[cmp.verdict] += 1
+        if cmp.verdict != "identical":
+            differences.append({"request": i, **cmp.to_json(), "sample": got.text[:120]})
+    doc = {"requests": obs.requests, "tokens": obs.tokens, **counts, "serial_sample": serial.text[:120],
+           "differences": differences}  # fmt: skip
+    reasons: list[str] = []
+    warnings: list[str] = []
+    if counts["error"]:
+        reasons.append(f"concurrency: {counts['error']} of {obs.requests} parallel requests failed")
+    if counts["diverged"]:
+        reasons.append(
+            f"concurrency: {counts['diverged']} of {obs.requests} parallel answers differ from the "
+            f"serial greedy answer in the first {obs.tokens} tokens"
+        )
+    if counts["close"]:
+        warnings.append(f"concurrency: {counts['close']} parallel answers diverge from serial within the top-{obs.top_k}")
+    return Judgement(doc, tuple(reasons), tuple(warnings))
+
+
+@dataclass(frozen=True)
+class SpeedRun:
+    """One timed stream: the count the server reported (unjudged), the pieces and their arrival."""
+
+    reported_tokens: object
+    pieces: int
+    times: tuple[float, ...]
+    t_sent: float
+
+
+@dataclass(frozen=True)
+class SpeedObservation:
+    asked_tokens: int
+    runs: tuple[SpeedRun, ...]
+    metrics_before: Mapping[str, float] | None = None
+    metrics_after: Mapping[str, float] | None = None
+    metrics_problems: tuple[str, ...] = ()
+
+
+def judge_speed(obs: SpeedObservation) -> Judgement:
+    """Median decode tok/s of runs whose token count can be believed; `unknown` with the reason otherwise."""
+    from spark_images.coherence import speed
+
+    runs: list[dict[str, Any]] = []
+    rates: list[float] = []
+    warnings = list(obs.metrics_problems)
+    unknown: list[str] = []
+    total_tokens = 0
+    for run in obs.runs:
+        count = speed.token_count(run.reported_tokens, run.pieces, obs.asked_tokens)
+        rate = None
+        if count.value is None:
+            unknown.append(str(count.problem))
+        else:
+            total_tokens += count.value
+            if run.times:
+                rate = speed.decode_tokens_per_s(count.value, run.times[0], run.times[-1])
+            if count.value != obs.asked_tokens:
+                warnings.append(f"speed: asked {obs.asked_tokens} tokens with ignore_eos, got {count.value}")
+        if rate is not None:
+            rates.append(rate)
+        runs.append({
+            "tokens": count.value,
+            "tokens_source": count.source,
+            "decode_tokens_per_s": round(rate, 2) if rate is not None else None,
+            "ttft_s": round(run.times[0] - run.t_sent, 4) if run.times else None,
+            **({"unknown_reason": count.problem} if count.problem else {}),
+        })  # fmt: skip
+    med = speed.median(rates) if not unknown else None
+    doc: dict[str, Any] = {
+        "decode_tokens_per_s": round(med, 2) if med is not None else None,
+        "runs": runs,
+        "tokens_per_run": obs.asked_tokens,
+    }
+    if unknown:
+        doc["decode_tokens_per_s"] = "unknown"
+        doc["unknown_reason"] = "; ".join(dict.fromkeys(unknown))
+        warnings.append(f"speed: unknown ({doc['unknown_reason']})")
+    elif med is None:
+        warnings.append("speed: the stream could not be timed (fewer than 2 timed tokens)")
+    if not unknown and obs.metrics_before is not None and obs.metrics_after is not None:
+        cross = speed.cross_check(dict(obs.metrics_before), dict(obs.metrics_after), total_tokens, med)
+        doc["cross_check"] = cross.to_json()
+        if not cross.ok:
+            warnings.append(f"speed cross-check: {cross.detail}")
+    return Judgement(doc, (), tuple(warnings))
+
+
+def judge_ab(
+    results: Sequence[Mapping[str, Any]],
+    greedy: Mapping[int, Sequence[Greedy]],
+    reference_moe: str,
+    tokens: int,
+) -> dict[int, Judgement]:
+    """For each passed combination (by index), its A/B against the reference MoE backend.
+
+    `doc` is the record's `ab` section; a reason fails the combination.
+    """
+    from spark_images.coherence import compare
+
+    out: dict[int, Judgement] = {}
+    for model in dict.fromkeys(r["model"] for r in results):
+        refs = [i for i, r in enumerate(results) if r["model"] == model and r["moe_backend"] == reference_moe]
+        ref_i = next((i for i in refs if results[i]["status"] == "passed"), None)
+        for i, r in enumerate(results):
+            if r["model"] != model or i == ref_i or r["status"] != "passed":
+                continue
+            if ref_i is None:
+                out[i] = Judgement({"reference": reference_moe, "status": "skipped", "reason": "no passing reference"},
+                                   warnings=(f"A/B: no passing {reference_moe} combination to compare with",))  # fmt: skip
+                continue
+            diffs = []
+            for a, b in zip(greedy.get(ref_i, ()), greedy.get(i, ()), strict=False):
+                cmp = compare.compare_greedy(a.tokens or (), a.top_logprobs, b.tokens or (), b.top_logprobs, n=tokens)
+                if not cmp.ok:
+                    diffs.append(cmp.detail)
+            doc = {"reference": reference_moe, "compared": len(greedy.get(i, ())), "diverged": diffs}
+            reasons = (f"A/B against {reference_moe}: {len(diffs)} greedy samples diverge",) if diffs else ()
+            out[i] = Judgement(doc, reasons)
+    return out
+
+
+def with_judgement(result: Mapping[str, Any], key: str, judged: Judgement) -> dict[str, Any]:
+    """A new combination record with `key` set and its status re-derived from all its reasons."""
+    reasons = list(dict.fromkeys([*result.get("reasons", []), *judged.reasons]))
+    warnings = list(dict.fromkeys([*result.get("warnings", []), *judged.warnings]))
+    return {**result, key: judged.doc, "reasons": reasons, "warnings": warnings,
+            "status": "failed" if reasons else "passed"}  # fmt: skip
+
+
+def record_status(section: Mapping[str, Any]) -> tuple[str, str]:
+    """A coherence section's status re-derived from its combinations (for a record read back).
+
+    A combination counts as passed only when it says so and lists no reason;
+    the models are those the combinations name. A `skipped` section stays
+    skipped; any other section is judged by `gate_status`.
+    """
+    if section.get("status") == "skipped":
+        return "skipped", str(section.get("reason") or "")
+    combos = section.get("combinations")
+    if not isinstance(combos, list) or not all(isinstance(c, Mapping) for c in combos):
+        return "failed", "the record's `combinations` is not a list of objects"
+    checked = []
+    for c in combos:
+        model = c.get("model")
+        reasons = c.get("reasons")
+        ok = c.get("status") == "passed" and (reasons is None or (isinstance(reasons, list) and not reasons))
+        checked.append({"model": model if isinstance(model, str) else repr(model)[:80], "status": "passed" if ok else "failed"})
+    models = list(dict.fromkeys(c["model"] for c in checked))
+    return gate_status(checked, models)

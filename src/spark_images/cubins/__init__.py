@@ -3,13 +3,15 @@
 `scan_target(target, gpu="sm_121", required=()) -> CubinReport` is the entry
 point for the CLI and the build pipeline (the record's `cubins` section is
 `report.to_json()`; `report.verdict` and `report.missing_required` decide the
-gate). `fatbin` parses bytes, `verdict` classifies, `report` rolls up (all
+gate). `scan_members(members, gpu, required=())` classifies members a caller
+already reads (`check`, and through it the build line: one read of the target
+for both). `fatbin` parses bytes, `verdict` classifies, `report` rolls up (all
 pure); `scan` does the I/O through `spark_images.artifacts`.
 """
 
 from __future__ import annotations
 
 from spark_images.cubins.report import CubinReport, record_section
-from spark_images.cubins.scan import scan_target
+from spark_images.cubins.scan import scan_members, scan_target
 
-__all__ = ["CubinReport", "record_section", "scan_target"]
+__all__ = ["CubinReport", "record_section", "scan_members", "scan_target"]

@@ -80,12 +80,15 @@ def sections(data: bytes | memoryview, header: ElfHeader | None = None) -> list[
         raise ElfError(
             f"section header table ends at {end}, past the end of the file ({len(data)} bytes)"
         )
-    raw: list[tuple[int, int, int, int]] = []
-    for i in range(shnum):
-        base = hdr.shoff + i * hdr.shentsize
-        name_off, sh_type = struct.unpack_from("<II", data, base)
-        offset, size = struct.unpack_from("<QQ", data, base + 24)
-        raw.append((name_off, sh_type, offset, size))
+    table = bytes(data[hdr.shoff : end])
+    # name, type, flags, addr, offset, size of each entry, unpacked from one copy of the table
+    if hdr.shentsize == 64:
+        raw = [(r[0], r[1], r[4], r[5]) for r in struct.iter_unpack("<IIQQQQIIQQ", table)]
+    else:
+        raw = [
+            (r[0], r[1], r[4], r[5])
+            for r in (struct.unpack_from("<IIQQQQ", table, i * hdr.shentsize) for i in range(shnum))
+        ]
     if hdr.shstrndx >= shnum:
         raise ElfError(f"section name table index {hdr.shstrndx} out of range")
     _, _, str_off, str_size = raw[hdr.shstrndx]
@@ -94,8 +97,11 @@ def sections(data: bytes | memoryview, header: ElfHeader | None = None) -> list[
     strtab = bytes(data[str_off : str_off + str_size])
     out: list[Section] = []
     for name_off, sh_type, offset, size in raw:
+        if name_off and name_off >= len(strtab):
+            # a name pointing outside the table: the table cannot be trusted to find anything
+            raise ElfError(f"section name offset {name_off} is outside the {len(strtab)}-byte name table")
         end_name = strtab.find(b"\0", name_off)
-        name = strtab[name_off:end_name if end_name >= 0 else None].decode("utf-8", "replace")
+        name = strtab[name_off : end_name if end_name >= 0 else None].decode("utf-8", "replace")
         out.append(Section(name=name, type=sh_type, offset=offset, size=size))
     return out
 

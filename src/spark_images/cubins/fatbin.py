@@ -5,8 +5,10 @@ object keeps device code in `.nv_fatbin` (and `__nv_relfatbin` for `-rdc`),
 each translation unit one fatbin container (magic 0xBA55ED50, 16-byte header)
 of entries with 64-byte-or-longer headers naming kind, SM number, a/f variant
 flags and compression. Bare `.cubin` files are EM_CUDA ELF objects whose SM
-sits in e_flags. Detection reads cleartext headers only; payloads are
-decompressed (zstd or raw LZ4 blocks) only to list kernel names.
+sits in e_flags. Headers locate and name the entries; a cubin counts only
+once its payload has been read as an EM_CUDA ELF whose own SM agrees
+(`verify_cubin`). Every decompression is capped per entry (`ENTRY_MAX`,
+`ENTRY_RATIO`) and per file (`Budget`), reported as `exceeds N`.
 
 Nothing here raises on hostile bytes: problems come back as strings so the
 caller can report an `unreadable` entry instead of a traceback.
@@ -14,6 +16,7 @@ caller can report an `unreadable` entry instead of a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import re
 import struct
@@ -21,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from spark_images.cubins import elf
+from spark_images.cubins.cubin import CubinInfo, cubin_info
 
 FATBIN_MAGIC = b"\x50\xed\x55\xba"
 FATBIN_HEADER_SIZE = 0x10
@@ -39,8 +43,15 @@ FLAG_ZSTD = 0x8000
 FLAG_ARCH_SPECIFIC = 0x100000
 FLAG_FAMILY = 0x200000
 
-# A decompressed payload larger than this is a lie in the header, not a cubin.
-MAX_UNCOMPRESSED = 1 << 31
+# Caps on one entry's decompressed payload. Real vLLM 0.11-0.33 entries reach 65 MB and a
+# ratio of 97:1; zeros or a crafted frame go far beyond, so past these it is not a cubin.
+ENTRY_MAX = 256 << 20
+ENTRY_RATIO = 512
+_RATIO_FLOOR = 1 << 20
+# all decompression for one file (verification and kernel listing) together
+FILE_BUDGET = 4 << 30
+# magic search in windows of this size, releasing mapped pages behind it
+_WINDOW = 64 << 20
 
 
 class PayloadError(ValueError):
@@ -79,21 +90,6 @@ class Fatbin:
 
 
 @dataclass(frozen=True)
-class CubinInfo:
-    """What a cubin's own ELF says about itself."""
-
-    sm: int
-    variant: str
-    abi_version: int
-    kernels: tuple[str, ...]
-    tool: str  # "ptxas", "nvlink" or ""
-
-    @property
-    def target(self) -> str:
-        return f"sm_{self.sm}{self.variant}"
-
-
-@dataclass(frozen=True)
 class BinaryScan:
     """Everything device-related found in one file."""
 
@@ -101,6 +97,8 @@ class BinaryScan:
     fatbins: tuple[Fatbin, ...] = ()
     cubin: CubinInfo | None = None
     problems: tuple[str, ...] = field(default_factory=tuple)
+    # the section table was not trusted, so the file was searched by magic instead
+    warnings: tuple[str, ...] = field(default_factory=tuple)
 
 
 def _variant_from_flags(flags: int) -> str:
@@ -198,127 +196,143 @@ def parse_fatbin(buf: memoryview, pos: int, section: str, limit: int) -> Fatbin 
     return Fatbin(offset=pos, size=end - pos, section=section, entries=tuple(entries), problem=problem)
 
 
+def release(buf: object, start: int, stop: int) -> None:
+    """Drop the pages of a read-only mapping between start and stop from this process.
+
+    They stay in the page cache; the hint only keeps a whole-file search from
+    growing resident memory to the size of the file. A no-op for bytes.
+    """
+    if not isinstance(buf, mmap.mmap):
+        return
+    page = mmap.PAGESIZE
+    lo = start // page * page
+    hi = min(stop, len(buf))
+    if hi <= lo:
+        return
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
 def iter_fatbins(buf: memoryview, start: int, stop: int, section: str) -> Iterator[Fatbin]:
     """Every consistent container in buf[start:stop], found by magic."""
     # search the underlying object (bytes or mmap) directly: no copy, and with an
-    # mmap only the pages around each hit are touched
+    # mmap only the pages around each hit are touched (and released window by window)
     source = buf.obj
     whole = isinstance(source, bytes | mmap.mmap) and buf.nbytes == len(source)
     raw: bytes | mmap.mmap = source if whole else bytes(buf)  # type: ignore[assignment]
     pos = start
-    while True:
-        hit = raw.find(FATBIN_MAGIC, pos, stop)
+    searched = start
+    while pos < stop:
+        window = min(stop, pos + _WINDOW)
+        hit = raw.find(FATBIN_MAGIC, pos, min(stop, window + len(FATBIN_MAGIC) - 1))
         if hit < 0:
-            return
+            release(raw, searched, window)
+            searched = pos = window
+            continue
         fatbin = parse_fatbin(buf, hit, section, stop)
         if fatbin is None:
             pos = hit + 1
             continue
         yield fatbin
         pos = max(hit + fatbin.size, hit + 1)
+        if pos - searched > _WINDOW:
+            release(raw, searched, pos)
+            searched = pos
 
 
-def _cuda_variant(data: bytes | memoryview, hdr: elf.ElfHeader, secs: list[elf.Section]) -> str:
-    if hdr.abi_version == 7:
-        return "a" if hdr.flags & 0x800 else ""
-    by_name = {s.name: s for s in secs}
-    tkinfo = by_name.get(".note.nv.tkinfo")
-    if tkinfo is not None:
-        text = bytes(elf.section_bytes(data, tkinfo))
-        match = re.search(rb"-arch[ =]+sm_(\d+)([af]?)", text)
-        if match and match.group(2) == b"f":
-            return "f"
-    compat = by_name.get(".nv.compat")
-    if compat is not None and _compat_attr(bytes(elf.section_bytes(data, compat)), 0x09) == 1:
-        return "a"
-    if hdr.flags & 0x8:  # CUDA 12.9 marks 'a' here on ABI 8
-        return "a"
-    return ""
+class Budget:
+    """How many decompressed bytes one file may still cost."""
+
+    def __init__(self, limit: int = FILE_BUDGET) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def take(self, n: int, what: str) -> None:
+        if n > self.left:
+            raise PayloadError(f"{what}: exceeds {self.limit >> 20} MiB decompressed for this file")
+        self.left -= n
 
 
-def _compat_attr(blob: bytes, wanted: int) -> int | None:
-    """Value of one attribute in `.nv.compat` (nv.info-style records)."""
-    pos = 0
-    while pos + 4 <= len(blob):
-        fmt, attr = blob[pos], blob[pos + 1]
-        if fmt == 4:
-            size = struct.unpack_from("<H", blob, pos + 2)[0]
-            value = None
-            step = 4 + size
-        elif fmt in (1, 2, 3):
-            value = blob[pos + 2] if fmt == 2 else struct.unpack_from("<H", blob, pos + 2)[0]
-            step = 4
-        else:
-            return None
-        if attr == wanted and value is not None:
-            return int(value)
-        pos += step
-    return None
-
-
-def cubin_info(data: bytes | memoryview | mmap.mmap) -> CubinInfo:
-    """SM, variant, kernels and producing tool of a cubin; raises elf.ElfError."""
-    hdr = elf.read_header(data)
-    if hdr.machine != elf.EM_CUDA:
-        raise elf.ElfError(f"ELF machine {hdr.machine} is not EM_CUDA (190)")
-    secs = elf.sections(data, hdr)
-    if hdr.abi_version == 7:
-        sm = hdr.flags & 0xFF
-    elif hdr.abi_version == 8:
-        sm = (hdr.flags >> 8) & 0xFF
-    else:
-        raise elf.ElfError(f"cubin ELF ABI version {hdr.abi_version} is unknown (expected 7 or 8)")
-    kernels = tuple(sorted(s.name[len(".text.") :] for s in secs if s.name.startswith(".text.")))
-    tool = ""
-    for s in secs:
-        if s.name == ".note.nv.tkinfo":
-            blob = bytes(elf.section_bytes(data, s))
-            tool = "nvlink" if b"nvlink" in blob else "ptxas" if b"ptxas" in blob else ""
-    return CubinInfo(
-        sm=sm,
-        variant=_cuda_variant(data, hdr, secs),
-        abi_version=hdr.abi_version,
-        kernels=kernels,
-        tool=tool,
-    )
-
-
-def decompress_payload(buf: bytes | memoryview | mmap.mmap, entry: Entry) -> bytes:
-    """The entry's payload, decompressed; PayloadError when it cannot be."""
+def _stored(buf: bytes | memoryview | mmap.mmap, entry: Entry) -> memoryview:
     end = entry.payload_offset + entry.stored_size
     if end > len(buf):
         raise PayloadError(f"payload of {entry.target} runs past the end of the data")
-    raw = bytes(memoryview(buf)[entry.payload_offset : end])
+    return memoryview(buf)[entry.payload_offset : end]
+
+
+def decompress_payload(
+    buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None = None
+) -> bytes:
+    """The entry's payload, decompressed within the caps; PayloadError when it cannot be."""
+    raw = _stored(buf, entry)
     if entry.compression == "none":
-        return raw
-    if not 0 < entry.uncompressed_size <= MAX_UNCOMPRESSED:
-        raise PayloadError(
-            f"{entry.target}: implausible uncompressed size {entry.uncompressed_size}"
-        )
+        return bytes(raw)
+    size = entry.uncompressed_size
+    what = f"{entry.target} ({entry.compression})"
+    if size <= 0:
+        raise PayloadError(f"{what}: the header gives no uncompressed size")
+    if size > ENTRY_MAX:
+        raise PayloadError(f"{what}: exceeds {ENTRY_MAX >> 20} MiB uncompressed (header declares {size} bytes)")
+    if size > _RATIO_FLOOR and size > ENTRY_RATIO * max(len(raw), 1):
+        raise PayloadError(f"{what}: exceeds {ENTRY_RATIO}:1 compression ({size} bytes from {len(raw)})")
+    if budget is not None:
+        budget.take(size, what)
     try:
         if entry.compression == "zstd":
+            import io
+
             import zstandard
 
-            out = zstandard.ZstdDecompressor().decompress(
-                raw, max_output_size=entry.uncompressed_size
-            )
+            # a stream read stops one byte past the declared size, whatever the frame claims
+            reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw))
+            out = reader.read(size + 1)
         else:
             import lz4.block
 
-            out = lz4.block.decompress(raw, uncompressed_size=entry.uncompressed_size)
+            out = lz4.block.decompress(bytes(raw), uncompressed_size=size)
     except Exception as exc:  # both libraries raise their own error types
-        raise PayloadError(f"{entry.target}: {entry.compression} payload is corrupt ({exc})") from exc
+        raise PayloadError(f"{what}: payload is corrupt ({exc})") from exc
+    if len(out) != size:
+        raise PayloadError(f"{what}: decompresses to {len(out)}{'+' if len(out) > size else ''} bytes, the header says {size}")
     return bytes(out)
+
+
+def verify_cubin(
+    buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None = None
+) -> CubinInfo:
+    """The cubin inside a cubin entry, proven to be what the header says; PayloadError if not.
+
+    The payload must decompress, be an EM_CUDA ELF, and carry in its own ELF
+    header the SM the fatbin header names. A variant the ELF shows (`a` from
+    e_flags or `.nv.compat`, `f` from the ptxas command line) must match too:
+    an arch-specific sm_120a cubin relabelled as family sm_120f would otherwise
+    look as if it ran on sm_121.
+    """
+    payload: bytes | memoryview
+    payload = _stored(buf, entry) if entry.compression == "none" else decompress_payload(buf, entry, budget)
+    try:
+        info = cubin_info(payload)
+    except (elf.ElfError, struct.error) as exc:
+        raise PayloadError(f"{entry.target}: payload is not a readable cubin ({exc})") from exc
+    if info.sm != entry.sm:
+        raise PayloadError(
+            f"{entry.target}: the fatbin header says sm_{entry.sm} but the cubin's ELF header says {info.target}"
+        )
+    if info.variant and info.variant != entry.variant:
+        raise PayloadError(f"{entry.target}: the fatbin header says {entry.target} but the cubin is {info.target}")
+    return info
 
 
 _PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$%][\w$%]*)")
 
 
-def entry_kernels(buf: bytes | memoryview | mmap.mmap, entry: Entry) -> tuple[str, ...]:
+def entry_kernels(
+    buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None = None
+) -> tuple[str, ...]:
     """Kernel names in one entry (cubin `.text.*`, PTX `.entry`); () for LTO-IR."""
     if entry.kind not in ("cubin", "ptx"):
         return ()
-    payload = decompress_payload(buf, entry)
+    payload = decompress_payload(buf, entry, budget)
     if entry.kind == "ptx":
         return tuple(sorted({m.decode("ascii", "replace") for m in _PTX_ENTRY.findall(payload)}))
     try:
@@ -375,29 +389,29 @@ def scan_binary(data: Buffer) -> BinaryScan:
         except (elf.ElfError, struct.error) as exc:
             return BinaryScan(kind="cubin", problems=(f"unreadable cubin: {exc}",))
     problems: list[str] = []
+    warnings: list[str] = []
+    secs: list[elf.Section] | None
     try:
         secs = elf.sections(data, hdr)
+        for sec in secs:
+            stop = sec.offset + sec.size
+            if sec.name in FATBIN_SECTIONS and sec.type != elf.SHT_NOBITS and stop > len(data):
+                raise elf.ElfError(f"section {sec.name} ends at {stop}, past the end of the file ({len(data)} bytes)")
     except (elf.ElfError, struct.error) as exc:
-        problems.append(f"section headers unreadable ({exc}); searched the whole file by magic")
-        secs = []
+        # a table that lies could hide device code: never read that as "no GPU code"
+        warnings.append(f"section table cannot be trusted ({exc}); searched the whole file for fatbins instead")
+        secs = None
     if secs:
         found: list[Fatbin] = []
         for sec in secs:
-            if sec.name not in FATBIN_SECTIONS:
-                continue
-            stop = sec.offset + sec.size
-            if stop > len(data):
-                problems.append(
-                    f"section {sec.name} ends at {stop}, past the end of the file ({len(data)} bytes)"
-                )
-                stop = len(data)
-            found.extend(iter_fatbins(view, sec.offset, stop, sec.name))
+            if sec.name in FATBIN_SECTIONS and sec.type != elf.SHT_NOBITS:
+                found.extend(iter_fatbins(view, sec.offset, sec.offset + sec.size, sec.name))
         fatbins = tuple(found)
     else:
-        # no section headers (stripped, or unreadable): accept consistent magic hits only
+        # no section headers (stripped, or untrusted): accept consistent magic hits only
         fatbins = tuple(iter_fatbins(view, 0, len(data), "scan"))
     problems.extend(_fatbin_problems(fatbins))
-    return BinaryScan(kind="elf", fatbins=fatbins, problems=tuple(problems))
+    return BinaryScan(kind="elf", fatbins=fatbins, problems=tuple(problems), warnings=tuple(warnings))
 
 
 def _fatbin_problems(fatbins: tuple[Fatbin, ...]) -> tuple[str, ...]:

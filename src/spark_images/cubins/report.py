@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,11 +26,15 @@ class Unit:
     sass: tuple[str, ...]
     ptx: tuple[str, ...]
     other: tuple[str, ...] = ()  # LTO-IR and unknown kinds
+    # entries the header claims but whose payload did not prove it: never counted
+    rejected: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"name": self.name, "class": self.cls, "sass": list(self.sass), "ptx": list(self.ptx)}
         if self.other:
             doc["other"] = list(self.other)
+        if self.rejected:
+            doc["unreadable"] = list(self.rejected)
         return doc
 
 
@@ -40,6 +44,7 @@ class Library:
     kind: str  # "shared-object" | "cubins" | "fatbin"
     units: list[Unit] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     kernels: dict[str, set[str]] | None = None  # kernel -> targets it exists for
     # fatbins whose (small) cubins hold no kernel: CUDA 13's device-link stub, or units
     # with no __global__ function; nothing there can be launched, so they are not counted
@@ -93,31 +98,52 @@ class Library:
         }
         if self.problems:
             doc["unreadable"] = list(self.problems)
+        if self.warnings:
+            doc["warnings"] = list(self.warnings)
         if self.kernels is not None:
             doc["kernels"] = {k: v.sort_targets(t) for k, t in sorted(self.kernels.items())}
             doc["kernel_classes"] = self.kernel_classes(gpu)
         return doc
 
 
-def unit_from_entries(name: str, entries: tuple[Entry, ...], gpu: v.Gpu) -> Unit:
-    sass = v.sort_targets(e.target for e in entries if e.kind == "cubin")
-    ptx = v.sort_targets(e.target for e in entries if e.kind == "ptx")
-    other = v.sort_targets(e.target for e in entries if e.kind not in ("cubin", "ptx"))
-    cls = v.classify_targets(((e.kind, e.sm, e.variant) for e in entries), gpu)
-    return Unit(name=name, cls=cls, sass=tuple(sass), ptx=tuple(ptx), other=tuple(other))
+def unit_from_entries(
+    name: str, entries: tuple[Entry, ...], gpu: v.Gpu, rejected: Mapping[int, str] | None = None
+) -> Unit:
+    """One unit; `rejected`: index of an entry -> why its payload does not prove its header."""
+    bad = rejected or {}
+    kept = [e for i, e in enumerate(entries) if i not in bad]
+    sass = v.sort_targets(e.target for e in kept if e.kind == "cubin")
+    ptx = v.sort_targets(e.target for e in kept if e.kind == "ptx")
+    other = v.sort_targets(e.target for e in kept if e.kind not in ("cubin", "ptx"))
+    cls = v.classify_targets(((e.kind, e.sm, e.variant) for e in kept), gpu)
+    return Unit(
+        name=name, cls=cls, sass=tuple(sass), ptx=tuple(ptx), other=tuple(other),
+        rejected=tuple(bad[i] for i in sorted(bad)),
+    )
 
 
 def library_from_scan(
-    path: str, scan: BinaryScan, gpu: v.Gpu, stubs: frozenset[int] = frozenset()
+    path: str,
+    scan: BinaryScan,
+    gpu: v.Gpu,
+    stubs: frozenset[int] = frozenset(),
+    rejected: Mapping[tuple[int, int], str] | None = None,
 ) -> Library:
-    """A shared object's (or bare fatbin file's) library entry; `stubs`: offsets of link stubs."""
+    """A shared object's (or bare fatbin file's) library entry.
+
+    `stubs`: offsets of link stubs; `rejected`: (fatbin offset, entry index) -> reason.
+    """
     kind = "fatbin" if scan.kind == "fatbin" else "shared-object"
-    lib = Library(path=path, kind=kind, problems=list(scan.problems))
+    lib = Library(path=path, kind=kind, problems=list(scan.problems), warnings=list(scan.warnings))
+    bad = rejected or {}
     for fb in scan.fatbins:
         if fb.offset in stubs:
             lib.link_stubs += 1
             continue
-        lib.units.append(unit_from_entries(f"{fb.section}@{fb.offset:#x}", fb.entries, gpu))
+        name = f"{fb.section}@{fb.offset:#x}"
+        mine = {i: reason for (off, i), reason in bad.items() if off == fb.offset}
+        lib.problems.extend(f"{name}: {reason}" for _i, reason in sorted(mine.items()))
+        lib.units.append(unit_from_entries(name, fb.entries, gpu, mine))
     return lib
 
 
@@ -158,6 +184,7 @@ class CubinReport:
     scanned: list[str]  # every file looked at, device code or not
     required: tuple[str, ...] = ()
     unreadable: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def counts(self) -> v.Counts:
@@ -209,6 +236,7 @@ class CubinReport:
             "required": list(self.required),
             "missing_required": self.missing_required,
             "unreadable": list(self.unreadable),
+            "warnings": list(self.warnings),
         }
         return doc
 

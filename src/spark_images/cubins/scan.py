@@ -10,26 +10,29 @@ from __future__ import annotations
 import posixpath
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from spark_images import artifacts
 from spark_images.cubins import elf
 from spark_images.cubins import verdict as v
 from spark_images.cubins.fatbin import (
+    Budget,
     Buffer,
     Fatbin,
     PayloadError,
     entry_kernels,
     is_link_stub,
     scan_binary,
+    verify_cubin,
 )
 from spark_images.cubins.report import CubinReport, Library, Unit, library_from_scan
 from spark_images.errors import UsageError
 
 _SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
-# files above this size are mapped (or spooled from a layer and mapped), not read:
-# the parser touches only headers, so memory stays low on multi-GB libraries
-SPOOL_OVER = 64 << 20
+# files above this size are mapped (or inflated from a zip or layer into a temporary
+# file and mapped), not read: the parser touches headers and the payloads it must
+# prove, so memory stays low on multi-GB libraries
+SPOOL_OVER = 16 << 20
 
 
 def is_candidate(path: str) -> bool:
@@ -38,14 +41,38 @@ def is_candidate(path: str) -> bool:
     return bool(_SHARED_OBJECT.search(name)) or name.endswith((".cubin", ".fatbin"))
 
 
-def _add_kernels(lib: Library, data: Buffer, scan_fatbins: Sequence[Fatbin]) -> None:
+def _add_kernels(
+    lib: Library, data: Buffer, scan_fatbins: Sequence[Fatbin], budget: Budget, rejected: dict[tuple[int, int], str]
+) -> None:
     lib.add_kernels((), "")  # listed (possibly empty) even when no entry can be read
     for fb in scan_fatbins:
-        for entry in fb.entries:
+        for i, entry in enumerate(fb.entries):
+            if (fb.offset, i) in rejected:
+                continue  # already reported, and its kernels cannot be believed
             try:
-                lib.add_kernels(entry_kernels(data, entry), entry.target)
+                lib.add_kernels(entry_kernels(data, entry, budget), entry.target)
             except PayloadError as exc:
                 lib.problems.append(f"{fb.section}@{fb.offset:#x}: {exc}")
+
+
+def unproven_entries(
+    data: Buffer, fatbins: Sequence[Fatbin], stubs: frozenset[int], gpu: v.Gpu, budget: Budget
+) -> dict[tuple[int, int], str]:
+    """(fatbin offset, entry index) -> reason, for every cubin whose header says it runs on `gpu`
+    but whose payload does not prove it (see `verify_cubin`). Cubins that would not run
+    anyway decide nothing and are left unread."""
+    out: dict[tuple[int, int], str] = {}
+    for fb in fatbins:
+        if fb.offset in stubs:
+            continue
+        for i, entry in enumerate(fb.entries):
+            if entry.kind != "cubin" or not v.runs_natively(entry.sm, entry.variant, gpu):
+                continue
+            try:
+                verify_cubin(data, entry, budget)
+            except PayloadError as exc:
+                out[(fb.offset, i)] = str(exc)
+    return out
 
 
 def scan_target(
@@ -68,11 +95,47 @@ def scan_target(
         raise UsageError(f"--gpu {gpu}: {exc}") from exc
     single_file = artifacts.target_kind(target) == artifacts.KIND_FILE
     want = (lambda _p: True) if single_file else is_candidate
+    members = artifacts.iter_members(target, want, progress=progress, spool_over=SPOOL_OVER)
+    return _scan(members, the_gpu, required, target=target, kernels=kernels, single_file=single_file)
+
+
+def scan_members(
+    members: Iterable[artifacts.Member],
+    gpu: str = "sm_121",
+    required: Sequence[str] = (),
+    *,
+    target: str = "",
+    kernels: bool = False,
+) -> CubinReport:
+    """Classify the device code in members another reader already has (no second read).
+
+    For a caller that walks a target for more than device code (`check`, the
+    build line): it hands over the candidates (`is_candidate`) as it meets
+    them; each member's data is used before the next one is pulled, so a
+    spooled member's mapping may be dropped by the iterator once it moves on.
+    """
+    try:
+        the_gpu = v.parse_gpu(gpu)
+    except ValueError as exc:
+        raise UsageError(f"--gpu {gpu}: {exc}") from exc
+    return _scan(members, the_gpu, required, target=target, kernels=kernels, single_file=False)
+
+
+def _scan(
+    members: Iterable[artifacts.Member],
+    the_gpu: v.Gpu,
+    required: Sequence[str],
+    *,
+    target: str,
+    kernels: bool,
+    single_file: bool,
+) -> CubinReport:
     libraries: list[Library] = []
     cubin_dirs: dict[str, Library] = {}
     scanned: list[str] = []
     unreadable: list[dict[str, str]] = []
-    for member in artifacts.iter_members(target, want, progress=progress, spool_over=SPOOL_OVER):
+    warnings: list[dict[str, str]] = []
+    for member in members:
         scanned.append(member.path)
         if member.data is None:
             unreadable.append({"path": member.path, "error": member.error})
@@ -93,18 +156,23 @@ def scan_target(
             if kernels:
                 lib.add_kernels(info.kernels, info.target)
             continue
-        if not result.fatbins and not result.problems:
+        if not result.fatbins and not result.problems and not result.warnings:
             if single_file and not member.data.startswith(b"\x7fELF"):
                 # named explicitly, so say it could not be read as a library
                 unreadable.append({"path": member.path, "error": "not an ELF file (no library or cubin)"})
             continue  # a host library without device code
         stubs = frozenset(fb.offset for fb in result.fatbins if is_link_stub(member.data, fb))
-        lib = library_from_scan(member.path, result, the_gpu, stubs)
-        if result.problems:
-            unreadable.append({"path": member.path, "error": "; ".join(result.problems)})
+        budget = Budget()
+        rejected = unproven_entries(member.data, result.fatbins, stubs, the_gpu, budget)
+        lib = library_from_scan(member.path, result, the_gpu, stubs, rejected)
+        if result.problems or rejected:
+            reasons = [*result.problems, *rejected.values()]
+            more = f"; {len(reasons) - 3} more" if len(reasons) > 3 else ""
+            unreadable.append({"path": member.path, "error": "; ".join(reasons[:3]) + more})
+        warnings.extend({"path": member.path, "warning": w} for w in result.warnings)
         if kernels:
             try:
-                _add_kernels(lib, member.data, result.fatbins)
+                _add_kernels(lib, member.data, result.fatbins, budget, rejected)
             except (elf.ElfError, struct.error) as exc:
                 lib.problems.append(f"kernel listing failed ({exc})")
         libraries.append(lib)
@@ -117,4 +185,5 @@ def scan_target(
         scanned=scanned,
         required=tuple(required),
         unreadable=unreadable,
+        warnings=warnings,
     )

@@ -31,8 +31,9 @@ from typing import Any
 
 from python_on_whales.exceptions import DockerException
 
-from spark_images.engine import ENGINE_FIX, client, require_engine
+from spark_images.engine import ENGINE_FIX, client, failures, require_engine
 from spark_images.errors import EnvironmentProblem, SparkImagesError
+from spark_images.registry.reference import ImageReference, names_registry
 
 TARGET_PLATFORM = "linux/arm64"
 BINFMT_AARCH64 = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
@@ -45,28 +46,26 @@ BUILDX_FIX = "install the buildx plugin (Debian 13: `apt-get install docker-buil
 LogSink = Callable[[str], None]
 
 
-# buildx output that means "could not fetch", not "the Dockerfile is wrong"
-_UNREACHABLE_SIGNS = (
-    "failed to resolve source metadata",
-    "no such host",
-    "dial tcp",
-    "i/o timeout",
-    "connection refused",
-    "tls: failed to verify certificate",
-    "x509: certificate signed by unknown authority",
-)
-
-
 def unreachable_source(error_text: str) -> bool:
     """Whether a failed build's errors say a registry or index was unreachable."""
-    text = error_text.lower()
-    return any(sign in text for sign in _UNREACHABLE_SIGNS)
+    return failures.environment_cause(error_text.splitlines()) is not None
 
 
 class BuildFailed(SparkImagesError):
     """buildx ran and the build failed (a finding about the input: exit 1)."""
 
     exit_code = 1
+
+
+class BuildEnvironmentFailed(EnvironmentProblem):
+    """buildx ran and the build failed for a cause outside the input (exit 2).
+
+    `cause` holds the kind (tls, dns, proxy, network) and the quoted lines.
+    """
+
+    def __init__(self, message: str, cause: failures.Cause) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -109,15 +108,16 @@ def cache_specs(where: str, exists: bool) -> tuple[str, str]:
 
     A value with `type=` is passed through as written. Otherwise an existing
     path, or one that starts like a path, is a local directory; a value whose
-    first component names a host (has a dot or a port) is a registry ref.
+    first component names a registry host (the one reference grammar's rule:
+    a dot, a port, brackets or localhost) is a registry ref and must parse as
+    one (BadReference, exit 2, otherwise); anything else is a local directory.
     """
     if "type=" in where:
         return where, where
-    first = where.split("/", 1)[0]
-    looks_like_host = ("." in first or ":" in first) and first not in (".", "..")
-    if exists or where.startswith(("/", "./", "../", "~")) or not looks_like_host or "/" not in where:
+    if exists or where.startswith(("/", "./", "../", "~")) or not names_registry(where):
         return f"type=local,src={where}", f"type=local,dest={where},mode=max"
-    return f"type=registry,ref={where}", f"type=registry,ref={where},mode=max"
+    ref = ImageReference.parse(where, what="--cache")
+    return f"type=registry,ref={ref}", f"type=registry,ref={ref},mode=max"
 
 
 def emulation() -> bool:
@@ -186,12 +186,6 @@ def buildx_argv(req: BuildRequest) -> list[str]:
     return argv
 
 
-def _error_lines(lines: list[str]) -> str:
-    errors = [ln.strip() for ln in lines if ln.lstrip().startswith(("ERROR", "error:"))]
-    picked = errors or [ln.strip() for ln in lines[-5:] if ln.strip()]
-    return " | ".join(picked)[-1500:] or "buildx failed without a message"
-
-
 def _stop(proc: subprocess.Popen[str]) -> None:
     """Stop a buildx child and everything it started; BuildKit cancels the solve."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
@@ -208,6 +202,16 @@ def _discard(req: BuildRequest) -> None:
     """Remove what a build that did not succeed may have left: the archive and the metadata."""
     req.oci_dest.unlink(missing_ok=True)
     req.metadata_file.unlink(missing_ok=True)
+
+
+def failed_build(code: int, tail: list[str]) -> SparkImagesError:
+    """The exception for a build that exited `code`: environment (exit 2) or finding (exit 1)."""
+    cause = failures.environment_cause(tail)
+    if cause is not None:
+        return BuildEnvironmentFailed(
+            f"docker buildx build exited {code}: {cause.what}: {cause.quote()} (fix: {cause.fix})", cause
+        )
+    return BuildFailed(f"docker buildx build exited {code}: {failures.error_summary(tail)}")
 
 
 def build(req: BuildRequest, on_log: LogSink | None = None) -> BuildResult:
@@ -241,7 +245,7 @@ def build(req: BuildRequest, on_log: LogSink | None = None) -> BuildResult:
         assert proc.stdout is not None
         for line in proc.stdout:
             tail.append(line.rstrip("\n"))
-            del tail[:-200]
+            del tail[:-400]
             if on_log is not None:
                 on_log(line.rstrip("\n"))
         code = proc.wait()
@@ -254,14 +258,7 @@ def build(req: BuildRequest, on_log: LogSink | None = None) -> BuildResult:
             proc.stdout.close()
     if code != 0:
         _discard(req)
-        errors = _error_lines(tail)
-        if unreachable_source(errors):
-            raise EnvironmentProblem(
-                f"docker buildx build exited {code}: the engine cannot reach a registry or index "
-                f"the build needs: {errors} (fix: build where the pinned base image and the package "
-                "indexes are reachable, or pass --ca-cert FILE behind a TLS-intercepting proxy)"
-            )
-        raise BuildFailed(f"docker buildx build exited {code}: {errors}")
+        raise failed_build(code, tail)
     try:
         metadata = json.loads(req.metadata_file.read_text(encoding="utf-8"))
         digest = str(metadata["containerimage.digest"])

@@ -3,18 +3,20 @@
 `RegistryClient(host, repository)` speaks plain HTTP to loopback hosts
 (127.0.0.1, localhost, ::1) and HTTPS to every other host. `request()` is
 the public shared layer (anonymous bearer-token flow from `WWW-Authenticate`,
-retries with backoff on 5xx, connection errors and timeouts) that the push
+retries with backoff on 5xx, connection errors and timeouts, 429/503 after
+their Retry-After) that the push
 side (`registry.push`, `registry.tags`) builds its uploads on; manifest
 writes and digest lookups (`put_manifest`, `manifest_digest`) live here so
 both share them. Blobs are streamed in chunks and their sha256 is checked
 against the digest when the stream ends, so memory stays bounded whatever
-the layer size.
+the layer size. Every read goes through `registry.http`: a size cap
+(manifests, tokens) and one overall deadline per call, so neither an endless
+body nor a server that drips one byte a second can hold the command.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import time
@@ -24,7 +26,10 @@ from typing import Any
 
 import requests
 
-from spark_images.errors import EnvironmentProblem, UsageError
+from spark_images.errors import EnvironmentProblem
+from spark_images.inputs import loads_json
+from spark_images.registry import http
+from spark_images.registry.reference import ImageReference, is_digest, is_loopback, names_registry
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -33,53 +38,27 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT = ", ".join((*INDEX_TYPES, *MANIFEST_TYPES))
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
-TIMEOUT = (10, 60)  # connect, read (between bytes)
+TIMEOUT = (10, 60)  # connect, read between bytes; the overall deadline is registry.http's
 CHUNK = 1 << 20
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_REPO = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 
 
 class RegistryError(EnvironmentProblem):
     """The registry could not give what was asked (exit 2)."""
 
 
-@dataclass(frozen=True)
-class ImageRef:
-    host: str
-    repository: str
-    reference: str  # a tag or a sha256 digest
-
-    def __str__(self) -> str:
-        sep = "@" if self.reference.startswith("sha256:") else ":"
-        return f"{self.host}/{self.repository}{sep}{self.reference}"
+# One grammar for every reference (registry.reference); these names stay for the callers
+# that took a reference from here before it existed.
+ImageRef = ImageReference
 
 
 def looks_like_reference(text: str) -> bool:
-    """HOST/REPO[:TAG|@sha256:...] where HOST has a dot, a port, or is localhost."""
-    host, sep, rest = text.partition("/")
-    return bool(sep and rest) and ("." in host or ":" in host or host == "localhost")
+    """HOST/REPO[:TAG|@sha256:...] where HOST has a dot, a port, brackets, or is localhost."""
+    return names_registry(text)
 
 
-def parse_reference(text: str) -> ImageRef:
+def parse_reference(text: str) -> ImageReference:
     """`HOST/REPO:TAG` or `HOST/REPO@sha256:HEX` (tag defaults to latest); pure."""
-    if not looks_like_reference(text):
-        raise UsageError(f"{text}: not a registry reference (HOST/REPO:TAG or HOST/REPO@sha256:...)")
-    host, _, rest = text.partition("/")
-    if "@" in rest:
-        repo, _, ref = rest.partition("@")
-        repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo
-        if not _DIGEST.match(ref):
-            raise UsageError(f"{text}: {ref!r} is not a sha256 digest (sha256: + 64 hex)")
-    else:
-        last = rest.rsplit("/", 1)[-1]
-        repo, ref = (rest.rsplit(":", 1) if ":" in last else (rest, "latest"))
-        if not _TAG.match(ref):
-            raise UsageError(f"{text}: {ref!r} is not a valid tag")
-    if not _REPO.match(repo):
-        raise UsageError(f"{text}: {repo!r} is not a valid repository name")
-    return ImageRef(host=host, repository=repo, reference=ref)
+    return ImageReference.parse(text)
 
 
 @dataclass(frozen=True)
@@ -93,7 +72,7 @@ class Descriptor:
         if not isinstance(doc, dict):
             raise RegistryError(f"{where}: a descriptor is not an object")
         digest, size = doc.get("digest"), doc.get("size")
-        if not isinstance(digest, str) or not _DIGEST.match(digest):
+        if not isinstance(digest, str) or not is_digest(digest):
             raise RegistryError(f"{where}: descriptor digest {digest!r} is not sha256:<64 hex>")
         if not isinstance(size, int) or size < 0:
             raise RegistryError(f"{where}: descriptor size {size!r} is not a byte count")
@@ -111,21 +90,42 @@ class ImageManifest:
 
 
 def _is_attestation(desc: dict[str, Any]) -> bool:
-    annotations = desc.get("annotations") or {}
-    platform = desc.get("platform") or {}
+    annotations = desc.get("annotations")
+    platform = desc.get("platform")
+    annotations = annotations if isinstance(annotations, dict) else {}
+    platform = platform if isinstance(platform, dict) else {}
     return (
         annotations.get("vnd.docker.reference.type") == "attestation-manifest"
         or (platform.get("os") == "unknown" and platform.get("architecture") == "unknown")
     )
 
 
+def index_problems(index: dict[str, Any], where: str) -> list[str]:
+    """Why an index cannot be read (shape, not content); empty when it can. Pure."""
+    manifests = index.get("manifests")
+    if not isinstance(manifests, list):
+        return [f"{where}: the index's `manifests` is not a list"]
+    lines = []
+    for n, desc in enumerate(manifests):
+        if not isinstance(desc, dict):
+            lines.append(f"{where}: manifests[{n}] is not an object")
+        elif "platform" in desc and not isinstance(desc["platform"], dict):
+            lines.append(f"{where}: manifests[{n}].platform is a {type(desc['platform']).__name__}, not an object")
+        elif "annotations" in desc and not isinstance(desc["annotations"], dict):
+            lines.append(f"{where}: manifests[{n}].annotations is not an object")
+    return lines
+
+
 def pick_platform(index: dict[str, Any], os_name: str = "linux", arch: str = "arm64") -> dict[str, Any] | None:
     """The index entry for os/arch (variant v8 or none), attestations skipped; pure."""
     candidates = []
-    for desc in index.get("manifests") or []:
+    manifests = index.get("manifests")
+    for desc in manifests if isinstance(manifests, list) else []:
         if not isinstance(desc, dict) or _is_attestation(desc):
             continue
-        platform = desc.get("platform") or {}
+        platform = desc.get("platform")
+        if not isinstance(platform, dict):
+            continue
         if (
             platform.get("os") == os_name
             and platform.get("architecture") == arch
@@ -135,16 +135,14 @@ def pick_platform(index: dict[str, Any], os_name: str = "linux", arch: str = "ar
     return candidates[0] if candidates else None
 
 
-def is_loopback(host: str) -> bool:
-    """HOST[:PORT] (IPv6 in brackets) names this machine: such registries speak plain HTTP."""
-    hostname = host.split("]")[0] + "]" if host.startswith("[") else host.rsplit(":", 1)[0]
-    return hostname in LOOPBACK
-
-
 def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
-    scheme, _, rest = header.strip().partition(" ")
+    scheme, _, rest = header[:8192].strip().partition(" ")
     params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
     return scheme.lower(), params
+
+
+# RFC 6750 b64token, plus the dots of a JWT: anything else cannot go in a header
+_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 
 class RegistryClient:
@@ -176,6 +174,10 @@ class RegistryClient:
         if user:
             self._basic = (user, os.environ.get("SPARK_IMAGES_REGISTRY_PASSWORD", ""))
 
+    @classmethod
+    def for_reference(cls, ref: ImageReference, **kwargs: Any) -> RegistryClient:
+        return cls(ref.host, ref.repository, **kwargs)
+
     @property
     def base_url(self) -> str:
         return f"{self.scheme}://{self.host}/v2/{self.repository}"
@@ -184,27 +186,38 @@ class RegistryClient:
         what = path.lstrip("/") if not path.startswith("http") else path
         return f"{self.host}/{self.repository}" + (f" ({what})" if what else "")
 
-    def _fetch_token(self, params: dict[str, str], actions: str) -> None:
+    def _fetch_token(self, params: dict[str, str], actions: str, deadline: http.Deadline) -> None:
         realm = params.get("realm")
         if not realm:
             raise RegistryError(f"{self.host}: bearer challenge without a realm")
+        if not realm.startswith(("https://", "http://")):
+            raise RegistryError(f"{self.host}: bearer challenge realm {http.short_url(realm)!r} is not an http(s) URL")
         query = {"service": params.get("service", ""), "scope": f"repository:{self.repository}:{actions}"}
+        url = http.short_url(realm)
+        where = f"{self.host}: token endpoint"
         try:
-            resp = self.http.get(realm, params=query, auth=self._basic, timeout=self.timeout)
+            resp = http.send(self.http, "GET", realm, deadline=deadline, params=query, auth=self._basic,
+                             timeout=deadline.timeout(*self.timeout))  # fmt: skip
+            if resp.status_code != 200:
+                resp.close()
+                raise RegistryError(
+                    f"{where} answered HTTP {resp.status_code} at {url} "
+                    "(private repository? set SPARK_IMAGES_REGISTRY_USER/PASSWORD)"
+                )
+            body = http.read_body(resp, deadline=deadline, url=realm, cap=http.TOKEN_CAP)
+        except http.HttpProblem as exc:
+            raise RegistryError(f"{where} {url}: {exc.message}") from None
         except requests.RequestException as exc:
-            raise RegistryError(f"{self.host}: token endpoint {realm} unreachable ({exc.__class__.__name__})") from exc
-        if resp.status_code != 200:
-            raise RegistryError(
-                f"{self.host}: token endpoint answered HTTP {resp.status_code} "
-                "(private repository? set SPARK_IMAGES_REGISTRY_USER/PASSWORD)"
-            )
+            raise RegistryError(f"{where} {url} unreachable ({exc.__class__.__name__})") from None
         try:
-            doc = resp.json()
-            token = doc.get("token") or doc.get("access_token")
-        except (ValueError, AttributeError) as exc:
-            raise RegistryError(f"{self.host}: token endpoint did not answer JSON") from exc
+            doc = loads_json(body.decode("utf-8"), file=f"{where} {url}", what="token answer", error=RegistryError)
+        except UnicodeDecodeError:
+            raise RegistryError(f"{where} did not answer JSON (not UTF-8) at {url}") from None
+        token = (doc.get("token") or doc.get("access_token")) if isinstance(doc, dict) else None
         if not isinstance(token, str) or not token:
-            raise RegistryError(f"{self.host}: token endpoint answered no token")
+            raise RegistryError(f"{where} answered no token at {url}")
+        if _TOKEN.fullmatch(token) is None:
+            raise RegistryError(f"{where} {url} answered a token with characters an HTTP header cannot carry")
         self._token = token
 
     def request(
@@ -218,17 +231,25 @@ class RegistryClient:
         params: dict[str, str] | None = None,
         actions: str = "pull",
         ok: tuple[int, ...] = (200,),
+        deadline: http.Deadline | None = None,
+        cap: int = http.MANIFEST_CAP,
     ) -> requests.Response:
         """One API call relative to /v2/REPO (or an absolute URL), with auth and retries.
 
         Public: the push and tag modules build their calls on it. Answers 401 once
         per call by fetching an anonymous (or SPARK_IMAGES_REGISTRY_USER) bearer token
         for `actions`; retries 5xx, connection errors and timeouts with exponential
-        backoff; raises RegistryError for any status not in `ok`. A `data` that is
-        not bytes or str (a stream) cannot be sent twice, so such a call is tried
-        once: the caller retries with a fresh stream (and upload session).
+        backoff and 429/503 after their Retry-After, all within one overall
+        deadline (`deadline`, else the metadata deadline); raises RegistryError for
+        any status not in `ok`. Without `stream` the body is read here, at most
+        `cap` bytes, so `resp.content` is bounded; with it the caller reads the
+        body through `http.iter_body`. A `data` that is not bytes or str (a
+        stream) cannot be sent twice, so such a call is tried once: the caller
+        retries with a fresh stream (and upload session).
         """
         url = path if path.startswith(("http://", "https://")) else self.base_url + path
+        where = self._where(path)
+        deadline = deadline or http.Deadline(http.meta_deadline_s())
         retries = self.retries if data is None or isinstance(data, bytes | str) else 0
         authed = False
         attempt = 0
@@ -237,41 +258,44 @@ class RegistryClient:
             if self._token:
                 hdrs["Authorization"] = f"Bearer {self._token}"
             try:
-                resp = self.http.request(
-                    method,
-                    url,
-                    headers=hdrs,
-                    stream=stream,
-                    data=data,
-                    params=params,
-                    timeout=self.timeout,
-                    auth=self._basic if not self._token else None,
-                    allow_redirects=True,
-                )
+                resp = http.send(self.http, method, url, deadline=deadline, headers=hdrs, data=data, params=params,
+                                 timeout=deadline.timeout(*self.timeout),
+                                 auth=self._basic if not self._token else None, allow_redirects=True)  # fmt: skip
+            except http.HttpProblem as exc:
+                raise RegistryError(f"{where}: {exc.message}") from None
             except (requests.ConnectionError, requests.Timeout) as exc:
-                if attempt < retries:
+                if attempt < retries and deadline.left() > self.backoff * 2**attempt:
                     time.sleep(self.backoff * 2**attempt)
                     attempt += 1
                     continue
-                raise RegistryError(
-                    f"{self._where(path)}: no answer after {attempt + 1} tries ({exc.__class__.__name__})"
-                ) from exc
+                raise RegistryError(f"{where}: no answer after {attempt + 1} tries ({exc.__class__.__name__})") from None
             except requests.RequestException as exc:
-                raise RegistryError(f"{self._where(path)}: request failed ({exc.__class__.__name__})") from exc
+                raise RegistryError(f"{where}: request failed ({exc.__class__.__name__})") from None
+            except UnicodeError:
+                raise RegistryError(f"{where}: the request cannot be encoded (a header is not latin-1)") from None
             if resp.status_code == 401 and not authed:
                 challenge = resp.headers.get("WWW-Authenticate", "")
                 resp.close()
                 scheme, params_ = _parse_challenge(challenge)
                 if scheme == "bearer":
-                    self._fetch_token(params_, actions)
+                    self._fetch_token(params_, actions, deadline)
                     authed = True
                     continue
                 raise RegistryError(
-                    f"{self._where(path)}: registry asks for {scheme or 'unknown'} authentication "
+                    f"{where}: registry asks for {scheme[:40] or 'unknown'} authentication "
                     "(set SPARK_IMAGES_REGISTRY_USER/PASSWORD)"
                 )
-            if resp.status_code >= 500 and attempt < retries:
+            if resp.status_code in http.RETRY_STATUSES and resp.status_code not in ok and attempt < retries:
+                try:
+                    http.wait_to_retry(resp, deadline, attempt, self.backoff, url)
+                except http.HttpProblem as exc:
+                    raise RegistryError(f"{where}: {exc.message}") from None
+                attempt += 1
+                continue
+            if resp.status_code >= 500 and resp.status_code not in ok and attempt < retries:
                 resp.close()
+                if deadline.left() <= self.backoff * 2**attempt:
+                    raise RegistryError(f"{where}: HTTP {resp.status_code} after {attempt + 1} tries (deadline)")
                 time.sleep(self.backoff * 2**attempt)
                 attempt += 1
                 continue
@@ -282,45 +306,67 @@ class RegistryClient:
                     401: "not authorized (private repository? set SPARK_IMAGES_REGISTRY_USER/PASSWORD)",
                     403: "forbidden",
                     404: "not found (check the repository name, tag or digest)",
+                    429: "too many requests (try again later)",
                 }.get(status, "")
-                raise RegistryError(f"{self._where(path)}: HTTP {status}{' ' + hint if hint else ''}")
+                raise RegistryError(f"{where}: HTTP {status}{' ' + hint if hint else ''}")
+            if not stream:
+                try:
+                    body = b"" if method == "HEAD" else http.read_body(resp, deadline=deadline, url=url, cap=cap)
+                except http.HttpProblem as exc:
+                    raise RegistryError(f"{where}: {exc.message}") from None
+                except requests.RequestException as exc:
+                    raise RegistryError(f"{where}: the answer broke off ({exc.__class__.__name__})") from None
+                finally:
+                    resp.close()
+                resp._content = body  # what `resp.content` hands out: read once, within the cap
+                resp._content_consumed = True
             return resp
 
     # --- manifests -------------------------------------------------------------------
 
     def get_manifest(self, reference: str) -> tuple[str, str, bytes]:
-        """(media type, digest, raw body) of a manifest or index; digest verified."""
-        resp = self.request("GET", f"/manifests/{reference}", headers={"Accept": ACCEPT})
+        """(media type, digest, raw body) of a manifest or index; digest verified, size capped."""
+        path = f"/manifests/{reference}"
+        resp = self.request("GET", path, headers={"Accept": ACCEPT})
         body = resp.content
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         if reference.startswith("sha256:") and digest != reference:
             raise RegistryError(f"{self._where('')}: manifest {reference} has digest {digest}")
         media = resp.headers.get("Content-Type", "").split(";")[0].strip()
-        try:
-            doc = json.loads(body)
-        except ValueError as exc:
-            raise RegistryError(f"{self._where('/manifests/' + reference)}: answer is not JSON") from exc
-        if not isinstance(doc, dict):
-            raise RegistryError(f"{self._where('/manifests/' + reference)}: answer is not a JSON object")
-        media = str(doc.get("mediaType") or media)
+        doc = self._json(body, path)
+        declared = doc.get("mediaType")
+        media = str(declared if isinstance(declared, str) and declared else media)
         return media, digest, body
+
+    def _json(self, body: bytes, path: str) -> dict[str, Any]:
+        where = self._where(path)
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RegistryError(f"{where}: answer is not UTF-8 JSON") from None
+        doc = loads_json(text, file=where, what="answer", error=RegistryError)
+        if not isinstance(doc, dict):
+            raise RegistryError(f"{where}: answer is not a JSON object")
+        return doc
 
     def image_manifest(self, reference: str, os_name: str = "linux", arch: str = "arm64") -> ImageManifest:
         """The os/arch image manifest for a tag or digest (through an index if there is one)."""
         media, digest, body = self.get_manifest(reference)
-        doc = json.loads(body)
+        doc = self._json(body, f"/manifests/{reference}")
         if media in INDEX_TYPES or "manifests" in doc:
+            where = f"{self.host}/{self.repository}:{reference}"
+            problems = index_problems(doc, where)
+            if problems:
+                raise RegistryError(*problems[:5])
             chosen = pick_platform(doc, os_name, arch)
             if chosen is None:
-                raise RegistryError(
-                    f"{self.host}/{self.repository}:{reference}: the index has no {os_name}/{arch} image"
-                )
-            desc = Descriptor.from_json(chosen, f"{self.repository} index")
+                raise RegistryError(f"{where}: the index has no {os_name}/{arch} image")
+            desc = Descriptor.from_json(chosen, f"{where} index")
             media, digest, body = self.get_manifest(desc.digest)
-            doc = json.loads(body)
+            doc = self._json(body, f"/manifests/{desc.digest}")
         if media not in MANIFEST_TYPES and "layers" not in doc:
-            raise RegistryError(f"{self.host}/{self.repository}:{reference}: unsupported manifest type {media!r}")
-        where = f"{self.repository}@{digest}"
+            raise RegistryError(f"{self.host}/{self.repository}:{reference}: unsupported manifest type {media[:80]!r}")
+        where = f"{self.host}/{self.repository}@{digest}"
         config = Descriptor.from_json(doc.get("config"), where)
         layers_doc = doc.get("layers")
         if not isinstance(layers_doc, list):
@@ -356,20 +402,25 @@ class RegistryClient:
     def blob_chunks(
         self, desc: Descriptor, progress: Callable[[int], None] | None = None
     ) -> Iterator[bytes]:
-        """The blob's bytes in chunks; RegistryError at the end when size or sha256 differ.
+        """The blob's bytes in chunks; stops past the declared size, checks sha256 at the end.
 
         A download that breaks off is resumed with a Range request (up to
-        `retries` times); the digest covers the whole blob either way.
+        `retries` times); the digest covers the whole blob either way. The whole
+        download, resumes included, has one deadline that grows with its size.
         """
         digest = hashlib.sha256()
         got = 0
         resumes = 0
+        deadline = http.Deadline(http.download_deadline_s(desc.size))
+        path = f"/blobs/{desc.digest}"
+        where = f"{self._where(path)}"
         while True:
             headers = {"Range": f"bytes={got}-"} if got else None
-            resp = self.request("GET", f"/blobs/{desc.digest}", stream=True, headers=headers, ok=(200, 206))
+            resp = self.request("GET", path, stream=True, headers=headers, ok=(200, 206), deadline=deadline)
             skip = got if (got and resp.status_code == 200) else 0  # server ignored the range
             try:
-                for chunk in resp.iter_content(CHUNK):
+                for chunk in http.iter_body(resp, deadline=deadline, url=resp.url or path,
+                                            cap=desc.size - got + skip, chunk=CHUNK):  # fmt: skip
                     if skip:
                         drop = min(skip, len(chunk))
                         chunk, skip = chunk[drop:], skip - drop
@@ -377,26 +428,28 @@ class RegistryClient:
                             continue
                     digest.update(chunk)
                     got += len(chunk)
-                    if got > desc.size:
-                        raise RegistryError(f"blob {desc.digest}: more than the declared {desc.size} bytes")
                     if progress:
                         progress(len(chunk))
                     yield chunk
+            except http.TooLarge:
+                raise RegistryError(f"{where}: more than the declared {desc.size} bytes") from None
+            except http.HttpProblem as exc:
+                raise RegistryError(f"{where}: {exc.message}") from None
             except requests.RequestException as exc:
-                if resumes >= self.retries:
+                if resumes >= self.retries or deadline.expired():
                     raise RegistryError(
-                        f"blob {desc.digest}: download broke off {resumes + 1} times ({exc.__class__.__name__})"
-                    ) from exc
+                        f"{where}: download broke off {resumes + 1} times ({exc.__class__.__name__})"
+                    ) from None
                 resumes += 1
-                time.sleep(self.backoff * 2 ** (resumes - 1))
+                time.sleep(min(self.backoff * 2 ** (resumes - 1), max(0.0, deadline.left())))
                 continue
             finally:
                 resp.close()
             break
         if got != desc.size:
-            raise RegistryError(f"blob {desc.digest}: got {got} bytes, the manifest says {desc.size}")
+            raise RegistryError(f"{where}: got {got} bytes, the manifest says {desc.size}")
         if "sha256:" + digest.hexdigest() != desc.digest:
-            raise RegistryError(f"blob {desc.digest}: content does not match its digest")
+            raise RegistryError(f"{where}: content does not match its digest")
 
     def get_blob(self, desc: Descriptor, limit: int = 64 << 20) -> bytes:
         """A small blob (config) in memory, verified."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 import tarfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import IO, Any
 import requests
 
 from spark_images.errors import EnvironmentProblem, UsageError
+from spark_images.registry import http
 from spark_images.registry.client import (
     INDEX_TYPES,
     MANIFEST_TYPES,
@@ -33,9 +33,9 @@ from spark_images.registry.client import (
     RegistryError,
     is_loopback,
 )
+from spark_images.registry.reference import ImageReference
 
 UPLOAD_TRIES = 3
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 Progress = Callable[[str], None]
 
@@ -55,26 +55,15 @@ class Repository:
     def __str__(self) -> str:
         return f"{self.host}/{self.name}"
 
+    @property
+    def reference(self) -> ImageReference:
+        return ImageReference(self.host, self.name)
+
 
 def parse_push_target(target: str) -> tuple[Repository, tuple[str, ...]]:
     """`HOST/NAME[:TAG]` -> (Repository, tags). Pure; UsageError when unusable."""
-    ref = target.strip()
-    if "@" in ref:
-        raise UsageError(f"--push {target}: give a repository (HOST/NAME[:TAG]); the digest comes from the build")
-    host, sep, rest = ref.partition("/")
-    if not sep or not rest or not ("." in host or ":" in host or host == "localhost"):
-        raise UsageError(
-            f"--push {target}: name the registry host, e.g. 127.0.0.1:5000/spark-vllm or ghcr.io/OWNER/spark-vllm"
-        )
-    name, tag = rest, ""
-    last = rest.rsplit("/", 1)[-1]
-    if ":" in last:
-        name, tag = rest.rsplit(":", 1)
-        if not _TAG.match(tag):
-            raise UsageError(f"--push {target}: {tag!r} is not a valid tag")
-    if not re.match(r"^[a-z0-9]+([._/-][a-z0-9]+)*$", name) or "//" in name:
-        raise UsageError(f"--push {target}: {name!r} is not a valid repository name (lower case, / separated)")
-    return Repository(host=host, name=name), ((tag,) if tag else ())
+    ref = ImageReference.parse(target.strip(), what="--push", allow_digest=False)
+    return Repository(host=ref.host, name=ref.repository), ((ref.tag,) if ref.tag else ())
 
 
 @dataclass(frozen=True)
@@ -157,6 +146,7 @@ def _upload_blob(c: RegistryClient, digest: str, open_blob: Callable[[], tuple[I
                 headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
                 actions="pull,push",
                 ok=(201, 204),
+                deadline=http.Deadline(http.download_deadline_s(size)),
             )
             return True
         except RegistryError:

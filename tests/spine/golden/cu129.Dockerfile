@@ -13,9 +13,9 @@ SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
 ENV DEBIAN_FRONTEND=noninteractive \
     LANG=C.UTF-8 \
     LC_ALL=C.UTF-8 \
-    CUDA_HOME=/usr/local/cuda \
+    CUDA_HOME="/usr/local/cuda" \
     VIRTUAL_ENV=/opt/venv \
-    PATH=/opt/venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PATH="/opt/venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -32,27 +32,30 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
         python3.12-venv \
     && rm -rf /var/lib/apt/lists/*
 # FlashInfer JIT-compiles its Spark kernels at run time: the image must keep nvcc
-# (12.9.1), and it must be the toolkit the profile pins.
+# (12.9.1), and it must be the toolkit the profile pins. The version text is
+# captured first: `nvcc --version | grep -q` can fail under pipefail when grep
+# exits early and nvcc gets SIGPIPE.
 RUN test -x "$CUDA_HOME/bin/nvcc" || { echo "no nvcc at $CUDA_HOME/bin: the base must be a CUDA devel image" >&2; exit 1; }; \
-    nvcc --version | grep -q "release 12.9," || { echo "nvcc is not CUDA 12.9: $(nvcc --version | tail -n 2)" >&2; exit 1; }; \
+    nvcc_version="$(nvcc --version)"; \
+    case "$nvcc_version" in *'release 12.9,'*) ;; *) echo 'nvcc is not CUDA 12.9:' "$nvcc_version" >&2; exit 1;; esac; \
     python3.12 -m venv /opt/venv
 
 ########## deps: torch, FlashInfer and CUTLASS DSL at the profile's pins ##########
 FROM toolchain AS deps
 ARG SOURCE_DATE_EPOCH
 RUN mkdir -p /tmp/spark && printf '%s\n' \
-        'flashinfer-cubin==0.6.18' \
-        'flashinfer-python==0.6.18' \
-        'nvidia-cutlass-dsl==4.6.2' \
-        'torch==2.13.0' \
+        flashinfer-cubin==0.6.18 \
+        flashinfer-python==0.6.18 \
+        nvidia-cutlass-dsl==4.6.2 \
+        torch==2.13.0 \
         > /tmp/spark/constraints.txt
 RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
     if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
-    pip install --index-url https://download.pytorch.org/whl/cu128 'torch==2.13.0' \
+    pip install --index-url https://download.pytorch.org/whl/cu128 torch==2.13.0 \
     && pip install -c /tmp/spark/constraints.txt --extra-index-url https://flashinfer.ai/whl/ \
-        'flashinfer-python==0.6.18' \
-        'flashinfer-cubin==0.6.18' \
-        'nvidia-cutlass-dsl==4.6.2'
+        flashinfer-python==0.6.18 \
+        flashinfer-cubin==0.6.18 \
+        nvidia-cutlass-dsl==4.6.2
 
 ########## vllm-build: vLLM compiled at the pinned commit for 12.1a ##########
 FROM deps AS vllm-build
@@ -72,7 +75,7 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
     && git fetch -q --depth 1 origin 98dff2a81d747d1dba01a47f939f48c3526d4206 \
     && git checkout -q --detach FETCH_HEAD \
     && head="$(git rev-parse HEAD)" \
-    && { [ "$head" = "98dff2a81d747d1dba01a47f939f48c3526d4206" ] || { echo "vLLM checkout is $head, expected 98dff2a81d747d1dba01a47f939f48c3526d4206" >&2; exit 1; }; } \
+    && { [ "$head" = 98dff2a81d747d1dba01a47f939f48c3526d4206 ] || { echo "vLLM checkout is $head, expected" 98dff2a81d747d1dba01a47f939f48c3526d4206 >&2; exit 1; }; } \
     && git tag v0.29.0
 # Keep the torch installed above; pin FlashInfer and CUTLASS DSL to the profile.
 RUN python use_existing_torch.py --prefix \
@@ -95,17 +98,21 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
     if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
     pip install -c /tmp/spark/constraints.txt /tmp/spark/dist/vllm-*.whl \
     && rm -rf /tmp/spark/dist
-# The installed vLLM must be the pinned commit (its _version.py records it).
-RUN python -c "import importlib.util, pathlib, sys; t = pathlib.Path(importlib.util.find_spec('vllm').origin).with_name('_version.py').read_text(); sys.exit(0 if 'g98dff2a81' in t else 'vllm/_version.py does not name commit 98dff2a81d747d1dba01a47f939f48c3526d4206')"
+# Every installed distribution has what it requires (the lock installs with
+# --no-deps, so nothing else would notice a missing or conflicting package),
+# and the installed vLLM is the pinned commit (its _version.py records it).
+RUN pip check \
+    && python -c 'import importlib.util, pathlib, sys; t = pathlib.Path(importlib.util.find_spec("vllm").origin).with_name("_version.py").read_text(); sys.exit(0 if sys.argv[1] in t else "vllm/_version.py does not name commit " + sys.argv[2])' \
+        g98dff2a81 98dff2a81d747d1dba01a47f939f48c3526d4206
 ENV TORCH_CUDA_ARCH_LIST="12.1a" \
-    TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas
+    TRITON_PTXAS_PATH="/usr/local/cuda/bin/ptxas"
 # Triton's bundled ptxas can predate sm_121a: use the image's CUDA ptxas.
 RUN test -x "$TRITON_PTXAS_PATH"
 COPY plan.json /opt/spark-images/plan.json
 ARG IMAGE_CREATED=""
-ARG FIXES_INCLUDED=""
+# Labels come from the plan alone (fixes.required, patches, pins): what the
+# audit found on the build host goes to the record and lock, never in here.
 LABEL org.opencontainers.image.created="${IMAGE_CREATED}" \
-    io.spark-images.fixes.included="${FIXES_INCLUDED}" \
     io.spark-images.arch-list="12.1a" \
     io.spark-images.cuda.line="cu129" \
     io.spark-images.cuda.version="12.9.1" \

@@ -1,0 +1,127 @@
+"""Inputs the audit reads but does not own: patches, profiles, and what an
+installed vLLM (a wheel, a directory, an image, local or in a registry) says
+about its commit. Reading images goes through `spark_images.artifacts`, which
+streams layers from a registry without a daemon or a pull.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_images import inputs
+from spark_images.audit._problems import problem
+from spark_images.audit.releases import parse_version_file
+from spark_images.errors import EnvironmentProblem, UsageError
+
+_DIST_INFO = re.compile(r"(?:^|/)vllm-[^/]+\.dist-info/(METADATA|direct_url\.json)$")
+_LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})(?:$|[.+])")
+_MEMBER_LIMIT = 4 * 1024 * 1024
+
+
+def read_patches(patches: Sequence[Path]) -> list[tuple[Path, list[int]]]:
+    from spark_images.patches import declared_prs
+    from spark_images.resolve import PATCH_LIMIT
+
+    out: list[tuple[Path, list[int]]] = []
+    for path in patches:
+        text = inputs.read_text(path, what="patch", limit=PATCH_LIMIT)
+        out.append((Path(path), declared_prs(text)))
+    return out
+
+
+def read_profile(path: Path) -> tuple[str, tuple[int, ...], tuple[Path, ...]]:
+    """(vllm.commit, verify.required_fixes, patch paths) of a profile."""
+    if not path.is_file():
+        raise UsageError(problem(f"{path}: no such profile"))
+    from spark_images.profiles import load_profile
+
+    profile = load_profile(path)
+    commit = profile.vllm.commit
+    required = tuple(int(n) for n in profile.verify.required_fixes)
+    patches = tuple(resolve_patch_path(path, p) for p in profile.patches)
+    return commit, required, patches
+
+
+def resolve_patch_path(profile: Path, patch: str) -> Path:
+    """The build's own resolution (`resolve.inside_project`): relative to the project
+    root (the profile's parent's parent) and never outside it, so `audit PROFILE`
+    reads exactly the patch the build applies."""
+    from spark_images.resolve import base_dir_of, inside_project
+
+    root = base_dir_of(profile)
+    real = inside_project(root, patch)
+    if real is None:
+        raise UsageError(problem(f"{profile}: patches: {patch} resolves outside the project {root}"))
+    if not real.is_file():
+        raise UsageError(problem(f"{profile}: patches: {patch} not found (looked under {root})"))
+    return real
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What an installed vLLM says about itself; `how` says where the commit came from."""
+
+    version: str | None
+    commit: str | None
+    how: str
+    release: str | None = None  # a plain release version to resolve when no commit is recorded
+
+
+def _want(path: str) -> bool:
+    return path == "vllm/_version.py" or path.endswith("/vllm/_version.py") or bool(_DIST_INFO.search(path))
+
+
+def read_installed(target: str) -> Installed:
+    """vLLM's `_version.py` and dist-info (METADATA, direct_url.json) from `target`, in one pass."""
+    try:
+        from spark_images import artifacts  # type: ignore[attr-defined]
+    except ImportError:
+        raise EnvironmentProblem(problem(f"{target}: reading wheels and images needs spark_images.artifacts, which this build lacks")) from None
+    found: dict[str, bytes] = {}
+    for path, data in artifacts.iter_files(target, _want):
+        key = "version_file" if path.endswith("vllm/_version.py") else path.rsplit("/", 1)[-1]
+        if key not in found:
+            found[key] = bytes(data[:_MEMBER_LIMIT])
+    return decide_installed(target, found)
+
+
+def decide_installed(target: str, found: dict[str, bytes]) -> Installed:
+    """The commit of an installed vLLM from its files (pure); UsageError when there is none."""
+    version_text = found.get("version_file", b"").decode("utf-8", "replace")
+    version, commit = parse_version_file(version_text) if version_text else (None, None)
+    meta = found.get("METADATA", b"").decode("utf-8", "replace")
+    dist_version = next((ln.split(":", 1)[1].strip() for ln in meta.splitlines()[:50] if ln.startswith("Version:")), None)
+    version = version or dist_version
+    if commit is not None:
+        return Installed(version, commit, f"commit g{commit} read from the installed vllm/_version.py "
+                         "(setuptools-scm writes it when the wheel is built; no git metadata is needed)")
+    direct = found.get("direct_url.json")
+    if direct:
+        try:
+            doc = json.loads(direct.decode("utf-8", "replace"))
+            vcs = doc.get("vcs_info") if isinstance(doc, dict) else None
+            sha = vcs.get("commit_id") if isinstance(vcs, dict) else None
+        except ValueError:
+            sha = None
+        if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{7,40}", sha):
+            return Installed(version, sha, f"commit {sha[:12]} read from the dist-info's direct_url.json (installed from git)")
+    local = _LOCAL_SHA.search(version or "")
+    if local:
+        return Installed(version, local.group(1), f"commit g{local.group(1)} read from the local version {version} in the dist-info")
+    if version and re.fullmatch(r"\d+(\.\d+)+(rc\d+|\.post\d+)?", version):
+        return Installed(version, None, f"no commit recorded; the dist-info names release {version}, resolved as that release", release=version)
+    if not found:
+        raise UsageError(problem(f"{target}: no vllm/_version.py and no vllm dist-info inside (is vLLM installed there?)"))
+    raise UsageError(problem(f"{target}: vllm/_version.py (version {version or '?'}) records no commit"))
+
+
+def read_artifact_version(target: str) -> tuple[str | None, str]:
+    """(version, commit prefix) of an installed vLLM (kept for callers of the old API)."""
+    installed = read_installed(target)
+    if installed.commit is None:
+        raise UsageError(problem(f"{target}: vllm/_version.py (version {installed.version or '?'}) records no commit"))
+    return installed.version, installed.commit

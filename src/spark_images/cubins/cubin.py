@@ -1,0 +1,98 @@
+"""What a cubin's own ELF says about itself: SM, variant, kernels, producing tool (pure).
+
+Facts (see the project's fatbin-format reference): `e_machine` is EM_CUDA
+(190); ELF ABI 8 keeps the SM in bits 8-15 of `e_flags`, ABI 7 in the low
+byte with 'a' as 0x800; CUDA 12.9 marks 'a' on ABI 8 with 0x8, CUDA 13 only
+in `.nv.compat` attribute 0x09, and 'f' shows only in the ptxas command line
+kept in `.note.nv.tkinfo`. This is the evidence a verdict rests on: the
+fatbin entry header alone proves nothing.
+"""
+
+from __future__ import annotations
+
+import mmap
+import re
+import struct
+from dataclasses import dataclass
+
+from spark_images.cubins import elf
+
+
+@dataclass(frozen=True)
+class CubinInfo:
+    """What a cubin's own ELF says about itself."""
+
+    sm: int
+    variant: str
+    abi_version: int
+    kernels: tuple[str, ...]
+    tool: str  # "ptxas", "nvlink" or ""
+
+    @property
+    def target(self) -> str:
+        return f"sm_{self.sm}{self.variant}"
+
+
+def _cuda_variant(data: bytes | memoryview, hdr: elf.ElfHeader, secs: list[elf.Section]) -> str:
+    if hdr.abi_version == 7:
+        return "a" if hdr.flags & 0x800 else ""
+    by_name = {s.name: s for s in secs}
+    tkinfo = by_name.get(".note.nv.tkinfo")
+    if tkinfo is not None:
+        text = bytes(elf.section_bytes(data, tkinfo))
+        match = re.search(rb"-arch[ =]+sm_(\d+)([af]?)", text)
+        if match and match.group(2) == b"f":
+            return "f"
+    compat = by_name.get(".nv.compat")
+    if compat is not None and _compat_attr(bytes(elf.section_bytes(data, compat)), 0x09) == 1:
+        return "a"
+    if hdr.flags & 0x8:  # CUDA 12.9 marks 'a' here on ABI 8
+        return "a"
+    return ""
+
+
+def _compat_attr(blob: bytes, wanted: int) -> int | None:
+    """Value of one attribute in `.nv.compat` (nv.info-style records)."""
+    pos = 0
+    while pos + 4 <= len(blob):
+        fmt, attr = blob[pos], blob[pos + 1]
+        if fmt == 4:
+            size = struct.unpack_from("<H", blob, pos + 2)[0]
+            value = None
+            step = 4 + size
+        elif fmt in (1, 2, 3):
+            value = blob[pos + 2] if fmt == 2 else struct.unpack_from("<H", blob, pos + 2)[0]
+            step = 4
+        else:
+            return None
+        if attr == wanted and value is not None:
+            return int(value)
+        pos += step
+    return None
+
+
+def cubin_info(data: bytes | memoryview | mmap.mmap) -> CubinInfo:
+    """SM, variant, kernels and producing tool of a cubin; raises elf.ElfError."""
+    hdr = elf.read_header(data)
+    if hdr.machine != elf.EM_CUDA:
+        raise elf.ElfError(f"ELF machine {hdr.machine} is not EM_CUDA (190)")
+    secs = elf.sections(data, hdr)
+    if hdr.abi_version == 7:
+        sm = hdr.flags & 0xFF
+    elif hdr.abi_version == 8:
+        sm = (hdr.flags >> 8) & 0xFF
+    else:
+        raise elf.ElfError(f"cubin ELF ABI version {hdr.abi_version} is unknown (expected 7 or 8)")
+    kernels = tuple(sorted(s.name[len(".text.") :] for s in secs if s.name.startswith(".text.")))
+    tool = ""
+    for s in secs:
+        if s.name == ".note.nv.tkinfo":
+            blob = bytes(elf.section_bytes(data, s))
+            tool = "nvlink" if b"nvlink" in blob else "ptxas" if b"ptxas" in blob else ""
+    return CubinInfo(
+        sm=sm,
+        variant=_cuda_variant(data, hdr, secs),
+        abi_version=hdr.abi_version,
+        kernels=kernels,
+        tool=tool,
+    )

@@ -1,0 +1,214 @@
+"""Where image layers come from: an image archive on disk, the engine, or a registry.
+
+One archive reader serves both archive formats a build leaves behind:
+- an OCI image layout in a tar (`buildx --output type=oci,dest=FILE`):
+  `index.json` -> (image index ->) linux/arm64 image manifest -> layer blobs;
+- a `docker save` / `type=docker` archive: `manifest.json` lists the layers.
+`docker://NAME` is `docker save` into a temporary archive, then that reader.
+Layer blobs are read in place from the archive (no copy) and checked
+against their digests as they stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from spark_images.errors import UsageError
+from spark_images.readers.common import READ_CHUNK, Member, Progress, Want
+from spark_images.readers.layers import Opener, read_layers, verified
+
+# index.json, manifests and manifest.json are a few KiB; anything far larger is not one
+MAX_JSON = 4 << 20
+_MAX_NESTING = 4
+
+
+def _file_chunks(path: Path, offset: int, size: int, progress: Progress) -> Iterator[bytes]:
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        left = size
+        while left > 0:
+            chunk = fh.read(min(READ_CHUNK, left))
+            if not chunk:
+                raise UsageError(f"{path}: archive ends inside a layer")
+            left -= len(chunk)
+            progress.advance(len(chunk))
+            yield chunk
+
+
+class ImageArchive:
+    """An OCI-layout or docker-save tar on disk, opened for its linux/arm64 image."""
+
+    def __init__(self, path: Path, where: str | None = None) -> None:
+        self.path = path
+        self.where = where or str(path)
+        try:
+            with tarfile.open(path, "r:") as tar:
+                self.members = {_norm(m.name): m for m in tar.getmembers() if m.isfile()}
+        except (tarfile.TarError, OSError, ValueError, EOFError) as exc:
+            raise UsageError(f"{self.where}: not a readable image archive ({exc})") from exc
+
+    def _read(self, name: str) -> bytes:
+        member = self.members.get(name)
+        if member is None:
+            raise UsageError(f"{self.where}: {name} is missing from the archive")
+        if member.size > MAX_JSON:
+            raise UsageError(f"{self.where}: {name} is {member.size} bytes, too large for image metadata")
+        with self.path.open("rb") as fh:
+            fh.seek(member.offset_data)
+            return fh.read(member.size)
+
+    def _json(self, name: str, digest: str = "") -> Any:
+        raw = self._read(name)
+        if digest and "sha256:" + hashlib.sha256(raw).hexdigest() != digest:
+            raise UsageError(f"{self.where}: {name} does not match its digest {digest} (corrupt archive)")
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise UsageError(f"{self.where}: {name} is not valid JSON ({str(exc)[:120]})") from exc
+
+    @staticmethod
+    def _blob_name(digest: object) -> str:
+        algo, _, hexd = str(digest).partition(":")
+        return f"blobs/{algo}/{hexd}"
+
+    def _pick(self, index: Any, name: str) -> dict[str, Any]:
+        from spark_images.registry.client import _is_attestation, index_problems, pick_platform
+
+        if not isinstance(index, dict):
+            raise UsageError(f"{self.where}: {name} is not a JSON object")
+        problems = index_problems(index, f"{self.where}: {name}")
+        if problems:
+            raise UsageError(*problems[:5])
+        chosen = pick_platform(index)
+        if chosen is not None:
+            return chosen
+        images = [d for d in index["manifests"] if not _is_attestation(d)]
+        if any(isinstance(d.get("platform"), dict) for d in images) or len(images) != 1:
+            raise UsageError(f"{self.where}: {name} has no single linux/arm64 image ({len(images)} listed)")
+        return images[0]
+
+    def image(self) -> tuple[str | None, list[tuple[str, str]]]:
+        """(manifest digest or None for docker-save format, [(layer digest, member name)], bottom first)."""
+        if "manifest.json" in self.members:
+            return None, self._docker_layers()
+        if "index.json" not in self.members:
+            raise UsageError(
+                f"{self.where}: a tar archive without index.json or manifest.json, not an image archive "
+                "(fix: give the file buildx --output type=oci,dest=FILE or docker save wrote)"
+            )
+        doc: Any = self._json("index.json")
+        name = "index.json"
+        for _ in range(_MAX_NESTING):
+            desc = self._pick(doc, name)
+            digest = desc.get("digest")
+            name = self._blob_name(digest)
+            doc = self._json(name, str(digest))
+            if isinstance(doc, dict) and "manifests" in doc:
+                continue
+            if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
+                raise UsageError(f"{self.where}: {name} is neither an image index nor an image manifest")
+            layers = []
+            for n, layer in enumerate(doc["layers"]):
+                ldigest = layer.get("digest") if isinstance(layer, dict) else None
+                if not isinstance(ldigest, str) or ":" not in ldigest:
+                    raise UsageError(f"{self.where}: {name}: layers[{n}] has no digest")
+                layers.append((ldigest, self._blob_name(ldigest)))
+            return str(digest), layers
+        raise UsageError(f"{self.where}: image indexes nested more than {_MAX_NESTING} deep")
+
+    def _docker_layers(self) -> list[tuple[str, str]]:
+        manifest = self._json("manifest.json")
+        if not isinstance(manifest, list) or not manifest or not isinstance(manifest[0], dict):
+            raise UsageError(f"{self.where}: manifest.json has no image")
+        out = []
+        for layer_name in manifest[0].get("Layers") or []:
+            name = _norm(str(layer_name))
+            out.append((_digest_from_name(name) or name, name))
+        return out
+
+    def layers(self, progress: Progress) -> list[tuple[str, Opener]]:
+        _digest, layers = self.image()
+        out: list[tuple[str, Opener]] = []
+        total = 0
+        for digest, name in layers:
+            member = self.members.get(name)
+            if member is None:
+                raise UsageError(f"{self.where}: layer {digest} is missing from the archive")
+            total += member.size
+
+            def opener(m: tarfile.TarInfo = member, d: str = digest) -> Iterable[bytes]:
+                chunks = _file_chunks(self.path, m.offset_data, m.size, progress)
+                return verified(chunks, d, self.where) if d.startswith("sha256:") else chunks
+
+            out.append((digest, opener))
+        progress.start(f"{self.where}: reading {len(out)} layers", total)
+        return out
+
+
+def _norm(name: str) -> str:
+    while name.startswith("./"):
+        name = name[2:]
+    return name.strip("/")
+
+
+def _digest_from_name(name: str) -> str:
+    parts = name.split("/")
+    if len(parts) >= 3 and parts[-3] == "blobs" and len(parts[-1]) == 64:
+        return f"{parts[-2]}:{parts[-1]}"
+    return ""
+
+
+def archive_members(
+    path: Path, want: Want, progress: Progress, spool_over: int | None = None, where: str | None = None
+) -> Iterator[Member]:
+    archive = ImageArchive(path, where)
+    yield from read_layers(archive.layers(progress), want, archive.where, spool_over)
+    progress.finish()
+
+
+def archive_digest(path: Path) -> str | None:
+    """The linux/arm64 image manifest digest an OCI archive holds (None for docker-save format)."""
+    return ImageArchive(path).image()[0]
+
+
+def docker_members(name: str, want: Want, progress: Progress, spool_over: int | None = None) -> Iterator[Member]:
+    from spark_images.engine import images
+
+    where = f"docker://{name}"
+    with tempfile.TemporaryDirectory(prefix="spark-images-save-") as tmp:
+        archive = Path(tmp) / "image.tar"
+        progress.note(f"{where}: docker save")
+        images.save_image(name, archive)
+        yield from archive_members(archive, want, progress, spool_over, where)
+
+
+def registry_members(target: str, want: Want, progress: Progress, spool_over: int | None = None) -> Iterator[Member]:
+    from spark_images.registry.client import RegistryClient, parse_reference
+
+    ref = parse_reference(target)
+    client = RegistryClient(ref.host, ref.repository)
+    manifest = client.image_manifest(ref.reference)
+    total = sum(layer.size for layer in manifest.layers)
+    progress.start(f"{target}: downloading {len(manifest.layers)} layers", total)
+    layers: list[tuple[str, Opener]] = []
+    for desc in manifest.layers:
+
+        def opener(d: object = desc) -> Iterable[bytes]:
+            return client.blob_chunks(d, progress.advance)  # type: ignore[arg-type]
+
+        layers.append((desc.digest, opener))
+    yield from read_layers(layers, want, target, spool_over)
+    progress.finish()
+
+
+def registry_digest(target: str) -> str:
+    from spark_images.registry.client import RegistryClient, parse_reference
+
+    ref = parse_reference(target)
+    return RegistryClient(ref.host, ref.repository).image_manifest(ref.reference).digest

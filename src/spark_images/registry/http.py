@@ -1,0 +1,287 @@
+"""Bounded HTTP: every read has a size cap and an overall deadline.
+
+Shared by the registry client, the PyPI client and the OpenAI client of the
+coherence gate. `requests` applies its timeout between bytes only, so a server
+that sends one byte a second never trips it; here each call runs on a worker
+thread that the caller waits for at most until the deadline, which bounds the
+connect, the headers and the body alike. A body is pulled in chunks and
+refused as soon as it passes its cap (or the Content-Length it declares is
+already over it), so an endless body costs one chunk of memory, not the
+machine's. 429 and 503 answers are retried after `Retry-After` (or a backoff)
+only while that wait still fits in the deadline.
+
+`SPARK_IMAGES_HTTP_TIMEOUT` (seconds) overrides the deadline of metadata calls
+(manifests, tokens, index pages) for slow links; downloads get a deadline
+that grows with their declared size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import math
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import requests
+
+KiB = 1024
+MiB = 1024 * KiB
+MANIFEST_CAP = 4 * MiB  # an index of every platform with attestations is ~10 KiB
+TOKEN_CAP = 64 * KiB
+INDEX_CAP = 8 * MiB  # PyPI simple pages (torch's is ~1 MiB)
+ERROR_BODY_CAP = 4 * KiB
+META_DEADLINE_S = 60.0
+CONNECT_S = 10.0
+MIN_RATE = 256 * KiB  # bytes/s a download may average before its deadline passes
+RETRY_STATUSES = (429, 503)
+
+T = TypeVar("T")
+
+
+class HttpProblem(Exception):
+    """One line naming the URL and what went wrong; callers rewrap it in their error type."""
+
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(f"{short_url(url)}: {message}")
+        self.url = url
+        self.message = message
+
+
+class DeadlineExceeded(HttpProblem):
+    pass
+
+
+class TooLarge(HttpProblem):
+    pass
+
+
+def short_url(url: str, limit: int = 200) -> str:
+    return url if len(url) <= limit else url[: limit - 3] + "..."
+
+
+def meta_deadline_s() -> float:
+    raw = os.environ.get("SPARK_IMAGES_HTTP_TIMEOUT", "")
+    try:
+        value = float(raw) if raw else META_DEADLINE_S
+    except ValueError:
+        return META_DEADLINE_S
+    return value if math.isfinite(value) and value > 0 else META_DEADLINE_S
+
+
+def download_deadline_s(size: int) -> float:
+    """A download of `size` bytes must average MIN_RATE, plus the metadata allowance."""
+    return meta_deadline_s() + max(0, size) / MIN_RATE
+
+
+class Deadline:
+    """An absolute end time on the monotonic clock."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def expired(self) -> bool:
+        return self.left() <= 0
+
+    def timeout(self, connect: float = CONNECT_S, read: float | None = None) -> tuple[float, float]:
+        """requests' (connect, between-bytes) timeouts, never past the deadline."""
+        left = max(0.01, self.left())
+        return min(connect, left), min(read, left) if read is not None else left
+
+
+def in_thread(fn: Callable[[], T], deadline: Deadline, url: str, what: str = "no answer") -> T:
+    """fn() on a daemon thread, waited for until the deadline; DeadlineExceeded past it."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the waiting thread, re-raised there
+            box["error"] = exc
+        finally:
+            done.set()
+            if box.get("abandoned"):
+                _close(box.get("value"))
+
+    worker = threading.Thread(target=work, daemon=True, name="bounded-http")
+    worker.start()
+    if not done.wait(max(0.0, deadline.left())):
+        box["abandoned"] = True
+        raise DeadlineExceeded(url, f"{what} within {deadline.seconds:g} s (overall deadline)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def _close(value: object) -> None:
+    close = getattr(value, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):  # closing an abandoned answer must not raise
+            close()
+
+
+def send(session: requests.Session, method: str, url: str, *, deadline: Deadline, **kwargs: Any) -> requests.Response:
+    """The response with its headers read and its body not; bounded by the deadline."""
+    kwargs.setdefault("timeout", deadline.timeout())
+    kwargs["stream"] = True
+    return in_thread(lambda: session.request(method, url, **kwargs), deadline, url)
+
+
+def declared_length(resp: requests.Response) -> int | None:
+    raw = resp.headers.get("Content-Length")
+    if raw is None or not raw.strip().isdigit():
+        return None
+    return int(raw.strip())
+
+
+def iter_body(
+    resp: requests.Response,
+    *,
+    deadline: Deadline,
+    url: str,
+    cap: int | None = None,
+    chunk: int | None = 1 * MiB,
+) -> Iterator[bytes]:
+    """The body in chunks, pumped by a worker thread; stops at the cap and the deadline.
+
+    `chunk=None` hands over each piece as it arrives (server-sent events are
+    timed per piece). The response is closed when the iterator ends or is dropped.
+    """
+    if cap is not None:
+        length = declared_length(resp)
+        if length is not None and length > cap:
+            resp.close()
+            raise TooLarge(url, f"the answer declares {length} bytes, over the cap of {cap}")
+    pipe: queue.Queue[object] = queue.Queue(maxsize=4)
+    stop = threading.Event()
+    end = object()
+
+    def pump() -> None:
+        try:
+            for piece in resp.iter_content(chunk_size=chunk):
+                while not stop.is_set():
+                    try:
+                        pipe.put(piece, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            pipe.put(end)
+        except BaseException as exc:  # handed to the consumer
+            if not stop.is_set():
+                pipe.put(exc)
+
+    worker = threading.Thread(target=pump, daemon=True, name="bounded-http-body")
+    worker.start()
+    total = 0
+    finished = False
+    try:
+        while True:
+            left = deadline.left()
+            if left <= 0:
+                raise DeadlineExceeded(url, f"the answer did not finish within {deadline.seconds:g} s (overall deadline)")
+            try:
+                item = pipe.get(timeout=left)
+            except queue.Empty:
+                raise DeadlineExceeded(
+                    url, f"the answer did not finish within {deadline.seconds:g} s (overall deadline)"
+                ) from None
+            if item is end:
+                finished = True
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, bytes)
+            total += len(item)
+            if cap is not None and total > cap:
+                raise TooLarge(url, f"the answer is over the cap of {cap} bytes")
+            yield item
+    finally:
+        stop.set()
+        if not finished and worker.is_alive():
+            # the pump may sit in a read (a slow-drip server) holding the stream's lock: closing
+            # from here would wait for it forever; shutting the socket down wakes it instead
+            _abort(resp)
+        worker.join(1.0)  # finished: it is returning; aborted: the shutdown ended its read
+        if not worker.is_alive():  # else it is stuck on a socket we could not find: never block on it
+            _close(resp)
+
+
+def _abort(resp: requests.Response) -> None:
+    """Shut the response's socket down (both ways) without touching its buffered stream."""
+    conn = getattr(resp.raw, "_connection", None) or getattr(resp.raw, "connection", None)
+    sock = getattr(conn, "sock", None)
+    if sock is None:
+        fp = getattr(resp.raw, "_fp", None)
+        raw = getattr(getattr(fp, "fp", None), "raw", None)
+        sock = getattr(raw, "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def read_body(resp: requests.Response, *, deadline: Deadline, url: str, cap: int) -> bytes:
+    """The whole body, at most `cap` bytes, before the deadline."""
+    return b"".join(iter_body(resp, deadline=deadline, url=url, cap=cap, chunk=64 * KiB))
+
+
+def error_text(resp: requests.Response, deadline: Deadline, url: str) -> str:
+    """A short, printable excerpt of an error body (best effort, bounded)."""
+    try:
+        budget = Deadline(min(2.0, max(0.0, deadline.left())))
+        data = b""
+        for piece in iter_body(resp, deadline=budget, url=url, chunk=1 * KiB):
+            data += piece
+            if len(data) >= ERROR_BODY_CAP:
+                break
+    except (HttpProblem, requests.RequestException, OSError):
+        return ""
+    finally:
+        _close(resp)
+    text = data[:300].decode("utf-8", "replace")
+    return "".join(ch if ch.isprintable() else " " for ch in text).strip()
+
+
+def retry_after_s(resp: requests.Response) -> float | None:
+    """Seconds a 429/503 asks us to wait (delta-seconds or an HTTP date); None if absent or bad."""
+    raw = (resp.headers.get("Retry-After") or "").strip()
+    if not raw:
+        return None
+    if raw.isdigit():
+        return float(int(raw[:12]))
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when is None:
+        return None
+    try:
+        delta = when.timestamp() - time.time()
+    except (OverflowError, OSError, ValueError):
+        return None
+    return max(0.0, delta) if math.isfinite(delta) else None
+
+
+def wait_to_retry(resp: requests.Response, deadline: Deadline, attempt: int, backoff: float, url: str) -> None:
+    """Sleep as a 429/503 asks (Retry-After, else backoff), or give up when that would pass the deadline."""
+    asked = retry_after_s(resp)
+    wait = asked if asked is not None else backoff * 2**attempt
+    status = resp.status_code
+    _close(resp)
+    if wait >= deadline.left():
+        detail = f"Retry-After {asked:g} s" if asked is not None else f"a retry in {wait:g} s"
+        raise DeadlineExceeded(
+            url, f"HTTP {status} after {attempt + 1} tries; {detail} would pass the {deadline.seconds:g} s deadline"
+        )
+    time.sleep(wait)

@@ -1,0 +1,212 @@
+"""Fast tests of the typed build line: gates, failure causes, candidate vs promoted, --push.
+
+The BuildKit outputs in data/buildkit/ are real: captured from `docker buildx
+build --progress plain` on the local engine, with pip pointed at an index host
+that does not resolve (`nonexistent.invalid`) and at an HTTPS server with a
+self-signed certificate (what a TLS-intercepting proxy looks like to pip).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from build_helpers import CLI, DATA
+
+from spark_images import gates, lock
+from spark_images.engine import build as engine_build
+from spark_images.engine import failures
+from spark_images.errors import EXIT_FINDING, EXIT_USAGE
+from spark_images.stages import FAILED, PASSED, SKIPPED, Audited, Gated, ScanKey, Scanned
+
+DIGEST = "sha256:" + "ab" * 32
+COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sample(name: str) -> list[str]:
+    return (DATA / "buildkit" / name).read_text().splitlines()
+
+
+# -- build failures classified by cause ----------------------------------------
+def test_unresolvable_index_is_an_environment_problem_and_never_told_to_try_ca_cert() -> None:
+    exc = engine_build.failed_build(1, _sample("pip-dns.txt"))
+    assert exc.exit_code == EXIT_USAGE
+    assert isinstance(exc, engine_build.BuildEnvironmentFailed) and exc.cause.kind == failures.DNS
+    text = str(exc)
+    assert "--ca-cert" not in text
+    assert "DNS" in text
+    # the real cause line, as BuildKit printed it, and pip's own ERROR line after it
+    assert "`#5 17.93 WARNING: Retrying" in text and "Name or service not known" in text
+    assert "`#5 25.56 ERROR: No matching distribution found for six==1.17.0`" in text
+
+
+def test_certificate_failure_names_ca_cert() -> None:
+    exc = engine_build.failed_build(1, _sample("pip-tls.txt"))
+    assert exc.exit_code == EXIT_USAGE
+    assert isinstance(exc, engine_build.BuildEnvironmentFailed) and exc.cause.kind == failures.TLS
+    text = str(exc)
+    assert "(fix: pass --ca-cert FILE" in text
+    assert "CERTIFICATE_VERIFY_FAILED" in text and text.count("`#5 ") == 2
+
+
+def test_a_missing_pin_alone_is_a_finding_with_the_step_error_quoted() -> None:
+    # the DNS sample without the connection warnings: pip found the index and no such version
+    lines = [line for line in _sample("pip-dns.txt") if "Retrying" not in line]
+    exc = engine_build.failed_build(1, lines)
+    assert exc.exit_code == EXIT_FINDING
+    assert "#5 25.56 ERROR: No matching distribution found for six==1.17.0" in str(exc)
+
+
+def test_a_registry_certificate_is_the_engines_trust_not_ca_cert() -> None:
+    lines = [
+        "#2 [internal] load metadata for registry.example.org/cuda:13",
+        "#2 ERROR: failed to resolve source metadata for registry.example.org/cuda:13: failed to do request: "
+        "tls: failed to verify certificate: x509: certificate signed by unknown authority",
+        "ERROR: failed to solve: registry.example.org/cuda:13: failed to resolve source metadata",
+    ]
+    cause = failures.environment_cause(lines)
+    assert cause is not None and cause.kind == failures.TLS_ENGINE
+    assert "certs.d" in cause.fix and "only the build's RUN steps" in cause.fix
+
+
+def test_unresolvable_registry_host_is_dns() -> None:
+    lines = [
+        "ERROR: failed to solve: nvidia/cuda@sha256:5dc1: failed to resolve source metadata for docker.io/nvidia/cuda: "
+        "dial tcp: lookup registry-1.docker.io: no such host",
+    ]
+    cause = failures.environment_cause(lines)
+    assert cause is not None and cause.kind == failures.DNS and "--ca-cert" not in cause.fix
+
+
+# -- gates ---------------------------------------------------------------------
+def _scanned(verdict: str = "partial", missing: tuple[str, ...] = ()) -> Scanned:
+    return Scanned(ScanKey(DIGEST, "0.1.0", "sm_121", ("vllm/_C*.so",)), "t", verdict, missing)
+
+
+def _audited(status: str = PASSED, required: tuple[int, ...] = ()) -> Audited:
+    return Audited(status, required, (), reason="no history" if status == SKIPPED else "")
+
+
+def test_gates_stop_on_missing_native_code_and_pass_partial() -> None:
+    assert gates.after_scan(_scanned("partial"), "sm_121") is None
+    stop = gates.after_scan(_scanned("partial", ("vllm/_C.abi3.so: no native sm_121 code",)), "sm_121")
+    assert stop is not None and stop.stage == "cubins" and "vllm/_C.abi3.so" in stop.reason
+    for verdict in gates.NO_NATIVE_CODE:
+        stop = gates.after_scan(_scanned(verdict), "sm_121")
+        assert stop is not None and verdict in stop.reason
+    # a broken `check` stops the line for a toolchain rule only; package/library reasons are the cubin gate's
+    import dataclasses
+
+    from spark_images.check.inventory import Inventory
+    from spark_images.check.rules import Reason, from_rule
+    from spark_images.check.verdict import CheckResult
+
+    def checked(*reasons: Reason) -> Scanned:
+        result = CheckResult("t", "oci-archive", "sm_121", DIGEST, Inventory(), [], {}, reasons=list(reasons))
+        return dataclasses.replace(_scanned(), check=result)
+
+    no_torch = Reason("broken", "", "torch", "torch: not installed, so vLLM cannot start")
+    assert checked(no_torch).check.verdict == "broken"  # type: ignore[union-attr]
+    assert gates.after_check(checked(no_torch)) is None and gates.after_check(_scanned()) is None
+    bad_pin = from_rule("known-bad-pin", "nvidia-cutlass-dsl", package="nvidia-cutlass-dsl", version="4.5.0",
+                        reason="illegal instruction on sm_121", fix="pin 4.4.2")
+    stop = gates.after_check(checked(no_torch, bad_pin))
+    assert stop is not None and stop.stage == "verdict" and "[known-bad-pin]" in stop.reason and "torch" not in stop.reason
+    assert not gates.lock_decision(_audited(), checked(bad_pin), Gated(SKIPPED, "no sm_121 GPU")).allowed
+
+
+def test_lock_decision() -> None:
+    skipped = Gated(SKIPPED, "no sm_121 GPU")
+    assert gates.lock_decision(_audited(), _scanned(), skipped).allowed
+    assert gates.lock_decision(_audited(SKIPPED), _scanned(), skipped).allowed
+    blocked = gates.lock_decision(_audited(SKIPPED, (40082,)), _scanned(), skipped)
+    assert not blocked.allowed and "#40082" in blocked.reason
+    assert not gates.lock_decision(_audited(), _scanned(), Gated(FAILED, "incoherent")).allowed
+    assert gates.after_coherence(Gated(FAILED, "incoherent")) is not None
+    assert gates.after_coherence(skipped) is None
+
+
+# -- candidate vs promoted -------------------------------------------------------
+def _entry(**over: Any) -> dict[str, Any]:
+    doc = lock.make_entry(
+        profile_path="profiles/cu130.yaml", repository="127.0.0.1:5000/spark-vllm", digest=DIGEST,
+        plan={"vllm_commit": COMMIT, "vllm_version": "0.29.0", "cuda_version": "13.0.2", "cuda_line": "cu130",
+              "arch_list": "12.0f", "required_fixes": [40082]},
+        fixes_included=[40082, 38126], audit={"status": "passed"}, cubins={"verdict": "partial", "gpu": "sm_121"},
+        coherence={"status": "skipped", "reason": "no sm_121 GPU"}, source_date_epoch=1767225600,
+    )  # fmt: skip
+    doc.update(over)
+    return doc
+
+
+def test_build_writes_a_candidate_and_only_promote_makes_it_promoted(tmp_path: Path) -> None:
+    entry = _entry()
+    assert entry["state"] == "candidate" and entry["fixes_required"] == [40082]
+    with pytest.raises(ValueError, match="did not pass"):
+        lock.promote(entry)  # its own coherence gate was skipped
+    spark = {"status": "passed", "image": f"127.0.0.1:5000/spark-vllm@{DIGEST}"}
+    with pytest.raises(ValueError, match="not of this digest"):
+        lock.promote(entry, {**spark, "image": "127.0.0.1:5000/spark-vllm@sha256:" + "0" * 64})
+    with pytest.raises(ValueError, match="assume-gpu"):
+        lock.promote(entry, {**spark, "assumed_gpu": True})
+    promoted = lock.promote(entry, spark)
+    assert promoted["state"] == "promoted" and promoted["coherence"] == {"status": "passed"}
+    assert entry["state"] == "candidate"  # a copy
+    assert lock.entry_problems(promoted, "f", "cu130") == []
+    # a promoted entry whose gate did not pass breaks the schema
+    assert any("state" in p.field for p in lock.entry_problems({**promoted, "coherence": entry["coherence"]}, "f", "x"))
+    # a rebuild to the same digest keeps the promotion and the tags; another digest is a new candidate
+    path = tmp_path / "images.lock.json"
+    lock.update_entry(path, "cu130", {**promoted, "tags": ["cu130"]})
+    kept = lock.record_candidate(path, "cu130", entry)
+    assert kept["state"] == "promoted" and kept["tags"] == ["cu130"]
+    other = lock.record_candidate(path, "cu130", _entry(digest="sha256:" + "cd" * 32, image="127.0.0.1:5000/spark-vllm@sha256:" + "cd" * 32))
+    assert other["state"] == "candidate" and other["tags"] == []
+    assert json.loads(path.read_text())["images"]["cu130"]["state"] == "candidate"
+
+
+# -- --push takes a repository only ------------------------------------------------
+@pytest.mark.parametrize(
+    ("target", "what"),
+    [("127.0.0.1:5000/spark-images-test/x:cu130", "tag 'cu130'"), ("127.0.0.1:5000/x@sha256:" + "0" * 64, "digest")],
+)
+def test_push_with_a_tag_or_digest_is_a_usage_error_naming_publish(target: str, what: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", CLI, "build", str(ROOT / "profiles" / "cu130.yaml"), "--push", target,
+         "--lock", str(tmp_path / "l.json"), "--build-dir", str(tmp_path / "b")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert what in out and "spark-images publish" in out and "never creates a tag" in out
+    assert "Traceback" not in out
+    assert not (tmp_path / "b").exists() and not (tmp_path / "l.json").exists()
+
+
+def test_a_cubin_verdict_is_reused_only_for_the_same_digest_tool_gpu_and_globs(tmp_path: Path) -> None:
+    from spark_images import serialise, steps
+    from spark_images.record import BuildRecord
+
+    key = ScanKey(DIGEST, "0.1.0", "sm_121", ("vllm/_C*.so",))
+    scanned = Scanned(key, "t", "partial", (), detail={"verdict": "partial", "gpu": "sm_121", "libraries": []})
+    path = tmp_path / "record.json"
+    BuildRecord(profile="p", sections={"cubins": serialise.cubins_section(scanned)}).save(path)
+    reused = steps.previous_scan(path, key)
+    assert reused is not None and reused.verdict == "partial" and str(path) in reused.reused_from
+    assert serialise.cubins_section(reused)["reused_from"] == reused.reused_from
+    for other in (
+        ScanKey("sha256:" + "cd" * 32, "0.1.0", "sm_121", key.globs),
+        ScanKey(DIGEST, "0.2.0", "sm_121", key.globs),
+        ScanKey(DIGEST, "0.1.0", "sm_120", key.globs),
+        ScanKey(DIGEST, "0.1.0", "sm_121", ("vllm/*.so",)),
+    ):
+        assert steps.previous_scan(path, other) is None
+    # a failed verdict is never reused
+    failed = gates.Stop("cubins", "vllm/_C.abi3.so: no native sm_121 code")
+    BuildRecord(profile="p", sections={"cubins": serialise.cubins_section(scanned, failed)}).save(path)
+    assert steps.previous_scan(path, key) is None

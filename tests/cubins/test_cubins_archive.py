@@ -1,0 +1,164 @@
+"""Image archives on disk: an OCI layout tar (what `buildx --output type=oci,dest=FILE`
+writes) and a docker-save tar, read in place by the one archive reader."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from spark_images import artifacts
+from spark_images.cubins import scan_target
+
+ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"
+LIB121 = (ORACLE_BIN / "lib/libsm121a.so").read_bytes()
+LIB90 = (ORACLE_BIN / "lib/libsm90.so").read_bytes()
+OCI = "application/vnd.oci.image"
+
+
+def digest_of(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def layer(files: dict[str, bytes | str]) -> bytes:
+    """A tar layer; a str value is a hard link to that path."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            if isinstance(data, str):
+                info.type, info.linkname = tarfile.LNKTYPE, data
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def write_tar(path: Path, members: dict[str, bytes]) -> None:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def layers() -> list[bytes]:
+    bottom = gzip.compress(layer({
+        "usr/lib/libgone.so": LIB90,
+        "usr/lib/libkeep.so": LIB121,
+        "usr/lib/libalias.so": "usr/lib/libkeep.so",  # hard link within the layer
+        "opt/old/libold.so": LIB90,
+    }))
+    top = zstandard.ZstdCompressor().compress(layer({
+        "usr/lib/.wh.libgone.so": b"",
+        "opt/old/.wh..wh..opq": b"",
+        "opt/old/libnew.so": LIB121,
+    }))
+    return [bottom, top]
+
+
+def oci_layout(path: Path) -> str:
+    """An OCI layout tar with an index -> (amd64, attestation, arm64) index; returns the arm64 digest."""
+    blobs = layers()
+    config = json.dumps({"architecture": "arm64", "os": "linux"}).encode()
+    manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": f"{OCI}.manifest.v1+json",
+        "config": {"mediaType": f"{OCI}.config.v1+json", "digest": digest_of(config), "size": len(config)},
+        "layers": [{"mediaType": f"{OCI}.layer.v1.tar+gzip", "digest": digest_of(b), "size": len(b)} for b in blobs],
+    }).encode()
+    inner = json.dumps({"schemaVersion": 2, "mediaType": f"{OCI}.index.v1+json", "manifests": [
+        {"mediaType": f"{OCI}.manifest.v1+json", "digest": digest_of(b"amd64"), "size": 5,
+         "platform": {"os": "linux", "architecture": "amd64"}},
+        {"mediaType": f"{OCI}.manifest.v1+json", "digest": digest_of(b"att"), "size": 3,
+         "platform": {"os": "unknown", "architecture": "unknown"},
+         "annotations": {"vnd.docker.reference.type": "attestation-manifest"}},
+        {"mediaType": f"{OCI}.manifest.v1+json", "digest": digest_of(manifest), "size": len(manifest),
+         "platform": {"os": "linux", "architecture": "arm64"}},
+    ]}).encode()
+    top = json.dumps({"schemaVersion": 2, "manifests": [
+        {"mediaType": f"{OCI}.index.v1+json", "digest": digest_of(inner), "size": len(inner),
+         "annotations": {"org.opencontainers.image.ref.name": "latest"}}]}).encode()
+    members = {"oci-layout": b'{"imageLayoutVersion": "1.0.0"}', "index.json": top}
+    for blob in (config, manifest, inner, *blobs):
+        members[f"blobs/sha256/{digest_of(blob)[7:]}"] = blob
+    write_tar(path, members)
+    return digest_of(manifest)
+
+
+def docker_save(path: Path) -> None:
+    blobs = layers()
+    names = [f"blobs/sha256/{digest_of(b)[7:]}" for b in blobs]
+    manifest = json.dumps([{"Config": "config.json", "RepoTags": ["x:1"], "Layers": names}]).encode()
+    write_tar(path, {"manifest.json": manifest, "config.json": b"{}", **dict(zip(names, blobs, strict=True))})
+
+
+EXPECTED = {"opt/old/libnew.so": LIB121, "usr/lib/libalias.so": LIB121, "usr/lib/libkeep.so": LIB121}
+
+
+@pytest.mark.parametrize("form", ["oci", "docker-save"])
+def test_an_archive_reads_as_the_merged_file_system(tmp_path: Path, form: str) -> None:
+    path = tmp_path / "image.tar"
+    digest = oci_layout(path) if form == "oci" else docker_save(path)
+    assert artifacts.target_kind(str(path)) == artifacts.KIND_OCI_ARCHIVE
+    found = dict(artifacts.iter_files(str(path), lambda p: p.endswith(".so")))
+    assert found == EXPECTED  # whiteouts honoured, the hard link resolved within its layer
+    spooled = {m.path: bytes(m.data[:]) for m in artifacts.iter_members(str(path), lambda p: p.endswith(".so"), spool_over=0)
+               if m.data is not None}
+    assert spooled == EXPECTED
+    report = scan_target(str(path), required=("usr/lib/libalias.so",))
+    assert report.verdict == "native" and report.missing_required == []
+    assert artifacts.image_digest(str(path)) == digest
+
+
+def test_a_hard_link_to_a_file_not_kept_is_reported(tmp_path: Path) -> None:
+    blob = gzip.compress(layer({"etc/data.bin": b"x" * 100, "usr/lib/libx.so": "etc/data.bin"}))
+    names = [f"blobs/sha256/{digest_of(blob)[7:]}"]
+    path = tmp_path / "image.tar"
+    write_tar(path, {"manifest.json": json.dumps([{"Layers": names}]).encode(), names[0]: blob})
+    (member,) = artifacts.iter_members(str(path), lambda p: p.endswith(".so"))
+    assert member.data is None and "hard link to etc/data.bin" in member.error
+
+
+def test_a_plain_tar_is_not_an_image(tmp_path: Path) -> None:
+    path = tmp_path / "libs.tar"
+    write_tar(path, {"lib/libsm121a.so": LIB121})
+    proc = subprocess.run(
+        [".venv/bin/spark-images", "cubins", str(path)], capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 2
+    assert str(path) in proc.stderr and "index.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_the_archive_buildx_writes(docker_engine: None, tmp_path: Path) -> None:
+    """`buildx --output type=oci,dest=FILE` on the real engine, scanned in place."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "libsm121a.so").write_bytes(LIB121)
+    (ctx / "libsm90.so").write_bytes(LIB90)
+    (ctx / "Dockerfile").write_text(
+        "FROM scratch\nCOPY libsm121a.so /usr/lib/python3/dist-packages/vllm/_C.abi3.so\n"
+        "COPY libsm90.so /opt/x/libsm90.so\n"
+    )
+    dest = tmp_path / "image.oci.tar"
+    subprocess.run(
+        ["docker", "buildx", "build", "--platform", "linux/arm64", "--output", f"type=oci,dest={dest}", str(ctx)],
+        check=True, capture_output=True, timeout=600,
+    )
+    assert artifacts.target_kind(str(dest)) == artifacts.KIND_OCI_ARCHIVE
+    report = scan_target(str(dest), required=("vllm/_C*.so",))
+    libs = {lib.path: lib.verdict for lib in report.libraries}
+    assert libs == {"usr/lib/python3/dist-packages/vllm/_C.abi3.so": "native", "opt/x/libsm90.so": "missing"}
+    assert report.verdict == "partial" and report.missing_required == []
+    digest = artifacts.image_digest(str(dest))
+    assert digest is not None and digest.startswith("sha256:")
