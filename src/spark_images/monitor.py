@@ -401,8 +401,10 @@ def pick_aarch64_wheel(index_doc: Mapping[str, Any], version: str) -> tuple[str,
     for entry in index_doc.get("files") or []:
         if not isinstance(entry, Mapping) or entry.get("yanked"):
             continue
-        name = str(entry.get("filename") or "")
-        sha = (entry.get("hashes") or {}).get("sha256")
-        if name.startswith(prefix) and name.endswith("_aarch64.whl") and "manylinux" in name and sha:
-            return str(entry["url"]), str(sha)
+        name, url, hashes = entry.get("filename"), entry.get("url"), entry.get("hashes")
+        sha = hashes.get("sha256") if isinstance(hashes, Mapping) else None  # a hostile index: any shape
+        if not (isinstance(name, str) and isinstance(url, str) and isinstance(sha, str) and sha):
+            continue
+        if name.startswith(prefix) and name.endswith("_aarch64.whl") and "manylinux" in name:
+            return url, sha
     return None

@@ -250,7 +250,7 @@ def test_interrupt_leaves_no_partial_record_or_lock(
     seen = []
     for line in proc.stderr:
         seen.append(line)
-        if re.match(r"#\d+ \[toolchain \d/\d\] RUN ", line) or time.monotonic() > deadline:
+        if re.match(r"#\d+ \[toolchain \d+/\d+\] RUN ", line) or time.monotonic() > deadline:
             break
     assert _buildx_children(str(project.root)), "the build was not running when interrupted"
     time.sleep(2)

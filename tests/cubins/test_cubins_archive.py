@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -131,8 +132,8 @@ def test_a_plain_tar_is_not_an_image(tmp_path: Path) -> None:
     path = tmp_path / "libs.tar"
     write_tar(path, {"lib/libsm121a.so": LIB121})
     proc = subprocess.run(
-        [".venv/bin/spark-images", "cubins", str(path)], capture_output=True, text=True, timeout=120,
-        cwd=Path(__file__).resolve().parents[2],
+        [sys.executable, "-m", "spark_images", "cubins", str(path)], capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
     )
     assert proc.returncode == 2
     assert str(path) in proc.stderr and "index.json" in proc.stderr and "Traceback" not in proc.stderr

@@ -10,7 +10,6 @@ entry header that claims sm_121a proves nothing.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from harness import Result, assert_clean_failure, run_cli
+from hostile_cases import digest_of, layer_tar
 
 from spark_images.cubins.fatbin import scan_binary
 
@@ -312,34 +312,20 @@ def test_zstd_entries_inflating_to_2gib(tmp_path: Path, zstd_2gib: bytes, declar
 # --- image archives -------------------------------------------------------------------------
 
 
-def _digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def _layer(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def oci_archive(path: Path, layers: list[bytes], *, index: bytes | None = None) -> None:
     config = json.dumps({"architecture": "arm64", "os": "linux"}).encode()
     manifest = json.dumps({
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _digest(config), "size": len(config)},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": _digest(b), "size": len(b)}
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest_of(config), "size": len(config)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": digest_of(b), "size": len(b)}
                    for b in layers],
     }).encode()
     top = index if index is not None else json.dumps({"schemaVersion": 2, "manifests": [
-        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": _digest(manifest),
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest_of(manifest),
          "size": len(manifest), "platform": {"os": "linux", "architecture": "arm64"}}]}).encode()
     with tarfile.open(path, "w") as tar:
         for name, data in [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", top),
-                           *((f"blobs/sha256/{_digest(b)[7:]}", b) for b in (config, manifest, *layers))]:
+                           *((f"blobs/sha256/{digest_of(b)[7:]}", b) for b in (config, manifest, *layers))]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -372,7 +358,7 @@ def _pax_bomb() -> bytes:
 
 
 def _corrupt_second_header() -> bytes:
-    raw = bytearray(_layer({"usr/lib/liba.so": b"a" * 1000, "usr/lib/libsm121a.so": (ORACLE / "lib" / "libsm121a.so").read_bytes()}))
+    raw = bytearray(layer_tar({"usr/lib/liba.so": b"a" * 1000, "usr/lib/libsm121a.so": (ORACLE / "lib" / "libsm121a.so").read_bytes()}))
     second = 512 + 1024  # the first header and its 1000 bytes of data (padded), then the next header
     raw[second + 148 : second + 156] = b"9999999\0"  # a checksum that cannot hold
     return gzip.compress(bytes(raw))
@@ -381,7 +367,7 @@ def _corrupt_second_header() -> bytes:
 @pytest.mark.parametrize("case", ARCHIVE_CASES)
 def test_hostile_image_archives(tmp_path: Path, case: str, zstd_layer_bomb: bytes) -> None:
     path = tmp_path / f"image-{case}.tar"
-    lib = gzip.compress(_layer({"usr/lib/libsm121a.so": (ORACLE / "lib" / "libsm121a.so").read_bytes()}))
+    lib = gzip.compress(layer_tar({"usr/lib/libsm121a.so": (ORACLE / "lib" / "libsm121a.so").read_bytes()}))
     if case == "layer-bomb":
         oci_archive(path, [lib, zstd_layer_bomb])
     elif case == "not-a-layer":
@@ -390,7 +376,7 @@ def test_hostile_image_archives(tmp_path: Path, case: str, zstd_layer_bomb: byte
         oci_archive(path, [lib], index=b"{not json")
     elif case == "index-no-arm64":
         oci_archive(path, [lib], index=json.dumps({"schemaVersion": 2, "manifests": [
-            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": _digest(b"x"), "size": 1,
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest_of(b"x"), "size": 1,
              "platform": {"os": "linux", "architecture": "amd64"}}]}).encode())
     elif case == "corrupt-second-header":
         oci_archive(path, [_corrupt_second_header()])

@@ -56,6 +56,7 @@ class StepResult:
     reason: str = ""
     exit_code: int | None = None
     log: str = ""
+    outputs: dict[str, str] = field(default_factory=dict)  # what it wrote to $GITHUB_OUTPUT
 
 
 @dataclass
@@ -369,6 +370,7 @@ def run_job(
             res.status = "success" if res.exit_code == 0 else "failure"
             try:
                 outputs = _read_output_file(files["GITHUB_OUTPUT"])
+                res.outputs = dict(outputs)
                 state.env.update(_read_output_file(files["GITHUB_ENV"]))
             except StepFailed as exc:
                 res.status, res.log = "failure", res.log + str(exc)

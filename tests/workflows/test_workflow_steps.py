@@ -252,7 +252,7 @@ def test_upstream_monitor_audits_and_decides(
     assert skipped(run) == set(), run.report()
     assert run.job("profiles").outputs["names"] == '["mon"]'
     monitor = run.job("monitor (mon)")
-    decide = run.step("monitor (mon)", "Diff the audits and decide")
+    decide = run.step("monitor (mon)", "Audit the pin, every newer release and rc, and main; decide")
     assert decide.how == "ran"
     assert monitor.workspace is not None
     decision = json.loads((monitor.workspace / "monitor" / "decision.json").read_text())
@@ -262,8 +262,15 @@ def test_upstream_monitor_audits_and_decides(
     assert body and body in monitor.summary
     for name in ("Validate the bumped profile", "Open the bump pull request"):
         assert run.step("monitor (mon)", name).how == "not-run"
-    for target in ("pinned", "release", "main"):
+    for target in ("pinned", "main"):
         doc = json.loads((monitor.workspace / "monitor" / f"{target}.json").read_text())
         assert doc, target
-    assert "release view --repo vllm-project/vllm" in (tmp_path / "gh-log" / "gh.log").read_text()
+    # main was audited with discovery; the step outputs came from the monitor itself
+    assert "discovered" in json.loads((monitor.workspace / "monitor" / "main.json").read_text())
+    assert decide.outputs.get("bump") == "false", decide.outputs
+    # every release newer than the pin was listed (from PyPI), and each one in this history audited
+    listed = (monitor.workspace / "monitor" / "new-releases.tsv").read_text().splitlines()
+    in_history = [line.split("\t")[0] for line in listed if line and line.split("\t")[1] != "-"]
+    audited = sorted(p.name for p in (monitor.workspace / "monitor").glob("release-*.json"))
+    assert audited == sorted(f"release-{tag}.json" for tag in in_history)
     assert subprocess.run(["git", "-C", str(monitor.workspace), "diff", "--quiet"]).returncode == 0

@@ -53,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--body", type=Path, metavar="FILE", help="write the pull request body (Markdown) here")
     parser.add_argument("--apply", action="store_true",
                         help="when the decision is to bump, rewrite the profile's vLLM pin")
+    parser.add_argument("--github-output", type=Path, metavar="FILE",
+                        help="append bump=, branch=, title= and release_version= lines (a workflow's $GITHUB_OUTPUT)")
     add_json_flag(parser)
     parser.set_defaults(handler=run)
 
@@ -92,9 +94,23 @@ def _new_releases(args: argparse.Namespace, pinned_version: str) -> int:
     rows = [{"version": r.name.version, "tag": r.tag, "kind": r.name.kind, "commit": r.commit,
              "unchecked": r.why_unchecked or None}
             for r in auditor.releases() if r.name.key > pin.key]
+    # one `TAG<TAB>COMMIT<TAB>WHY-UNCHECKED` line per release, for `while read` in a workflow step
     text = "\n".join(f"{r['tag']}\t{r['commit'] or '-'}\t{r['unchecked'] or ''}".rstrip() for r in rows)
-    emit(args, rows, text or f"no release newer than {pinned_version}")
+    if not rows:
+        print(f"spark-images monitor: no release newer than {pinned_version}", file=sys.stderr)
+    emit(args, rows, text)
     return 0
+
+
+def _github_output(path: Path, doc: dict[str, Any]) -> None:
+    """The decision as `key=value` lines a workflow reads as step outputs (no JSON tool needed)."""
+    values = {"bump": "true" if doc["bump"] else "false", "branch": doc["branch"], "title": doc["title"],
+              "release_version": doc["release_version"]}
+    for key, value in values.items():
+        if "\n" in str(value) or "\r" in str(value):
+            raise UsageError(f"--github-output: {key} holds a line break; refusing to write it")
+    with path.open("a", encoding="utf-8") as out:
+        out.write("".join(f"{key}={value}\n" for key, value in values.items()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
         "body": str(args.body) if args.body else None,
         "applied": applied,
     }
+    if args.github_output:
+        _github_output(args.github_output, doc)
     verb = "bump" if decision.bump else "no bump"
     emit(args, doc, f"{profile.name}: {verb}: {decision.reason}" + (f" (rewrote {args.profile})" if applied else ""))
     return 0

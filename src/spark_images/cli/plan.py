@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import date
 from pathlib import Path
@@ -68,7 +69,7 @@ def coherence_matrix(resolved: Resolved) -> dict[str, Any] | None:
 
 
 def _lock_doc(name: str, path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
+    if not os.path.lexists(path):  # anything else (a FIFO, /dev/zero) is named by load_lock itself
         raise UsageError(f"--lock {path}: no such lock file (fix: build the profile first, or pass --lock FILE)")
     entry = (lockfile.load_lock(path).get("images") or {}).get(name)
     if not isinstance(entry, dict):
