@@ -3,7 +3,13 @@
 Every hostile case goes through `run_cli`: a fresh `python -m spark_images`
 subprocess (the installed package), its wall time, and its peak RSS read
 from the kernel's own accounting of that child (`os.wait4`), so a case that
-inflates memory is caught even if it finishes. `assert_clean_failure` holds
+inflates memory is caught even if it finishes.
+
+The CLI is forked from a small launcher, not from pytest itself: Linux
+carries a process's peak RSS across exec (`signal->maxrss`), so a child
+forked straight from a test process that once held 4 GB would report the
+parent's pages as its own peak. The launcher (~10 MB) forks the CLI, waits
+for it with `wait4` and writes the CLI's own rusage to a file. `assert_clean_failure` holds
 the contract every case must meet: the documented exit code, one line per
 problem naming the file or URL, no traceback, no internal-error guard, and
 bounded time and memory.
@@ -13,10 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -30,9 +36,22 @@ RSS_LIMIT_MB = 512.0
 # never meets the cap and a dishonest one dies early and fails its assertion.
 ADDRESS_SPACE_CAP = 4 * 1024**3
 
-
-def _cap_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
+# argv: REPORT_FILE CLI_ARGS...; exits as the CLI did (re-raising its signal)
+_LAUNCHER = f"""
+import os, resource, signal, sys
+report, args = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, ({ADDRESS_SPACE_CAP}, {ADDRESS_SPACE_CAP}))
+    os.execv(sys.executable, [sys.executable, "-m", "spark_images", *args])
+_, status, usage = os.wait4(pid, 0)
+with open(report, "w") as out:
+    out.write(str(usage.ru_maxrss))
+if os.WIFSIGNALED(status):
+    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
 @dataclass(frozen=True)
@@ -58,16 +77,18 @@ def run_cli(
 ) -> Result:
     """`spark-images ARGS` in a subprocess; kill it (and its group) past `timeout`."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    fd, report_name = tempfile.mkstemp(prefix="hostile-rusage-", suffix=".txt")
+    os.close(fd)
+    report = Path(report_name)
     start = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "spark_images", *args],
+        [sys.executable, "-c", _LAUNCHER, str(report), *args],
         cwd=cwd,
         env=full_env,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=_cap_memory,
     )
     out: list[bytes] = []
     err: list[bytes] = []
@@ -107,6 +128,12 @@ def run_cli(
         time.sleep(0.02)
     wall = time.monotonic() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
+    try:  # the CLI's own peak; a launcher killed at the deadline leaves none: its own then
+        max_rss_kib = float(report.read_text() or rusage.ru_maxrss)
+    except (OSError, ValueError):
+        max_rss_kib = float(rusage.ru_maxrss)
+    finally:
+        report.unlink(missing_ok=True)
     for reader in readers:
         reader.join(timeout=5)
     return Result(
@@ -114,7 +141,7 @@ def run_cli(
         stdout=b"".join(out).decode("utf-8", "replace"),
         stderr=b"".join(err).decode("utf-8", "replace"),
         wall_s=wall,
-        max_rss_mb=rusage.ru_maxrss / 1024.0,  # Linux reports KiB
+        max_rss_mb=max_rss_kib / 1024.0,  # Linux reports KiB
         timed_out=timed_out,
     )
 
