@@ -20,6 +20,7 @@ import hashlib
 import http.server
 import io
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -46,6 +47,16 @@ TEST_CA_DIR = CACHE / "test-ca"
 # One SOURCE_DATE_EPOCH for every test build (no vLLM history is reachable in tests).
 TEST_EPOCH = "1767225600"  # 2026-01-01T00:00:00Z
 CLI = "import sys; from spark_images.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def ctrl_c_as_at_a_terminal() -> None:
+    """preexec_fn of a child the test interrupts: SIGINT handled by default, as at a terminal.
+
+    A suite started in the background (`cmd &` in a script) inherits SIGINT
+    ignored, and Python then installs no KeyboardInterrupt handler: the child
+    would never see the Ctrl-C the test sends it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _docker(*args: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import requests
-from build_helpers import CA_BUNDLE, CLI, TEST_EPOCH, LineProject, cli_env
+from build_helpers import CA_BUNDLE, CLI, TEST_EPOCH, LineProject, cli_env, ctrl_c_as_at_a_terminal
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.nvcc, pytest.mark.network, pytest.mark.slow]
 
@@ -244,6 +244,7 @@ def test_interrupt_leaves_no_partial_record_or_lock(
         [sys.executable, "-c", CLI, "build", "profiles/interrupted.yaml", "--no-cache",
          "--ca-cert", str(ca_bundle[0]), "--lock", str(project.lock)],
         cwd=project.root, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=ctrl_c_as_at_a_terminal,
     )  # fmt: skip
     assert proc.stderr is not None
     deadline = time.monotonic() + 300

@@ -101,7 +101,9 @@ def test_ctrl_c_removes_the_container(fake_vllm_image: str) -> None:
     cmd = [sys.executable, "-m", "spark_images.cli", "coherence", fake_vllm_image, "--model", "m",
            "--backends", "auto", "--gpus", "none", "--assume-gpu", "--health-timeout", "120",
            "--env", "FAKE_VLLM_MODE=hang", "--env", "FAKE_VLLM_STARTUP_S=0.5"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # as at a terminal: a suite started in the background inherits SIGINT ignored
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         # only the containers this gate process started: other gates may share the engine
