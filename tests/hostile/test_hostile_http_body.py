@@ -49,12 +49,20 @@ def drip_url() -> Iterator[str]:
     server.close()
 
 
-def _pumps() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "bounded-http-body" and t.is_alive()]
+def _pumps() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "bounded-http-body" and t.is_alive()}
+
+
+@pytest.fixture()
+def pumps_before() -> set[threading.Thread]:
+    """Pumps other in-process tests of this session left: only this test's must be gone."""
+    return _pumps()
 
 
 @pytest.mark.parametrize("chunk", [64 * 1024, None], ids=["chunked", "as-it-arrives"])
-def test_a_dripping_body_ends_at_the_deadline_and_frees_its_pump(drip_url: str, chunk: int | None) -> None:
+def test_a_dripping_body_ends_at_the_deadline_and_frees_its_pump(
+    drip_url: str, chunk: int | None, pumps_before: set[threading.Thread]
+) -> None:
     deadline = http.Deadline(1.5)
     resp = http.send(requests.Session(), "GET", drip_url, deadline=deadline)
     start = time.monotonic()
@@ -63,10 +71,10 @@ def test_a_dripping_body_ends_at_the_deadline_and_frees_its_pump(drip_url: str, 
             pass
     elapsed = time.monotonic() - start
     assert elapsed < deadline.seconds + 1.5, f"the reader held on {elapsed:.1f} s past its start"
-    assert not _pumps(), "the pump thread is still blocked in recv()"
+    assert not _pumps() - pumps_before, "the pump thread is still blocked in recv()"
 
 
-def test_a_reader_dropped_early_frees_its_pump(drip_url: str) -> None:
+def test_a_reader_dropped_early_frees_its_pump(drip_url: str, pumps_before: set[threading.Thread]) -> None:
     deadline = http.Deadline(30)
     resp = http.send(requests.Session(), "GET", drip_url, deadline=deadline)
     body = http.iter_body(resp, deadline=deadline, url=drip_url, chunk=1)
@@ -74,4 +82,4 @@ def test_a_reader_dropped_early_frees_its_pump(drip_url: str) -> None:
     start = time.monotonic()
     body.close()  # a consumer that has what it wants (an sdist member, an error excerpt)
     assert time.monotonic() - start < 2.0
-    assert not _pumps()
+    assert not _pumps() - pumps_before
