@@ -140,16 +140,9 @@ def compile_library(nvcc: str, arch_flags: list[str], out: Path) -> Path:
     return out
 
 
-def make_vllm_wheel(out_dir: Path, library: Path, commit: str, version: str = "0.29.0") -> tuple[Path, str]:
-    """A minimal `vllm` wheel (deterministic zip): _version.py naming the commit, the library."""
-    files = {
-        "vllm/__init__.py": b"from vllm._version import __version__\n",
-        "vllm/_version.py": f"__version__ = version = '{version}'\n__commit_id__ = 'g{commit[:9]}'\n".encode(),
-        "vllm/_C.abi3.so": library.read_bytes(),
-    }
-    dist = f"vllm-{version}.dist-info"
-    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode()
-    files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: spark-images-tests\nRoot-Is-Purelib: false\nTag: py3-none-any\n"
+def wheel_archive(files: dict[str, bytes], dist: str) -> bytes:
+    """The bytes of a wheel of `files` (a RECORD added): a deterministic zip, fixed dates and modes."""
+    files = {name: data for name, data in files.items() if name != f"{dist}/RECORD"}
     record = "".join(
         f"{name},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}\n" for name, data in files.items()
     )
@@ -161,7 +154,20 @@ def make_vllm_wheel(out_dir: Path, library: Path, commit: str, version: str = "0
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, files[name])
-    data = buf.getvalue()
+    return buf.getvalue()
+
+
+def make_vllm_wheel(out_dir: Path, library: Path, commit: str, version: str = "0.29.0") -> tuple[Path, str]:
+    """A minimal `vllm` wheel (deterministic zip): _version.py naming the commit, the library."""
+    files = {
+        "vllm/__init__.py": b"from vllm._version import __version__\n",
+        "vllm/_version.py": f"__version__ = version = '{version}'\n__commit_id__ = 'g{commit[:9]}'\n".encode(),
+        "vllm/_C.abi3.so": library.read_bytes(),
+    }
+    dist = f"vllm-{version}.dist-info"
+    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode()
+    files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: spark-images-tests\nRoot-Is-Purelib: false\nTag: py3-none-any\n"
+    data = wheel_archive(files, dist)
     digest = hashlib.sha256(data).hexdigest()
     path = out_dir / f"vllm-{version}+{digest[:8]}-py3-none-any.whl"
     path.write_bytes(data)

@@ -17,9 +17,7 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import shutil
 import zipfile
 from pathlib import Path
@@ -82,10 +80,6 @@ exec {docker} "${{args[@]}}"
     return bin_dir
 
 
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
 def standin_vllm_wheel(wheel: Path) -> tuple[Path, str]:
     """The wheel made by build_helpers.make_vllm_wheel plus the stand-in server as `vllm`.
 
@@ -99,17 +93,9 @@ def standin_vllm_wheel(wheel: Path) -> tuple[Path, str]:
     server = FAKE_VLLM.read_bytes() + b"\n\ndef console() -> int:\n    return main(sys.argv[1:])\n"
     files["vllm/_standin_server.py"] = server
     files[f"{dist}/entry_points.txt"] = b"[console_scripts]\nvllm = vllm._standin_server:console\n"
-    files.pop(f"{dist}/RECORD")
-    record = "".join(f"{n},sha256={_b64(hashlib.sha256(d).digest())},{len(d)}\n" for n, d in files.items())
-    files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name in sorted(files):
-            info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, files[name])
-    data = buf.getvalue()
+    from build_helpers import wheel_archive  # tests/build is on the path (conftest)
+
+    data = wheel_archive(files, dist)
     digest = hashlib.sha256(data).hexdigest()
     version = wheel.name.split("-")[1].split("+")[0]
     out = wheel.with_name(f"vllm-{version}+standin{digest[:8]}-py3-none-any.whl")
