@@ -6,7 +6,9 @@ ARCHIVE is an OCI archive `spark-images build --keep-oci` left in
 build/NAME/image.oci.tar. Measured, in this one process:
 - plain: read and decompress every layer of the archive (stdlib tarfile +
   zlib / zstandard), nothing parsed: the floor for any scan of those bytes;
-- archive: `cubins.scan_target(ARCHIVE)`, what the build line does now;
+- archive: `cubins.scan_target(ARCHIVE)`, the cubin inspector alone;
+- stage: `check.gather(ARCHIVE)`, what the build line does now (the check
+  and the cubin gate from one read of the archive);
 - registry (with --ref): the same scan of the pushed image, downloaded back
   over the distribution API (what the line did before when it pushed);
 - docker (with --local): the same scan through `docker save` (what the line
@@ -26,7 +28,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from spark_images import cubins
+from spark_images import check, cubins
+from spark_images.readers.common import READER_SWITCH_INTERVAL
 
 GLOBS = ("vllm/_C*.so",)
 
@@ -64,6 +67,7 @@ def timed(fn: Callable[[], object], runs: int) -> float:
 
 
 def main() -> int:
+    sys.setswitchinterval(READER_SWITCH_INTERVAL)  # as the CLI does: the reader threads get the GIL back sooner
     ap = argparse.ArgumentParser()
     ap.add_argument("archive", type=Path)
     ap.add_argument("--ref", help="the same image in a registry, HOST/NAME@sha256:...")
@@ -74,8 +78,10 @@ def main() -> int:
     print(f"archive {args.archive}: {size / 2**30:.2f} GiB, {plain_read(args.archive) / 2**30:.2f} GiB uncompressed")
     plain = timed(lambda: plain_read(args.archive), args.runs)
     archive = timed(lambda: cubins.scan_target(str(args.archive), "sm_121", GLOBS), args.runs)
+    stage = timed(lambda: check.gather(str(args.archive), "sm_121", required=GLOBS), args.runs)
     print(f"plain read + decompress:        median {plain:.2f} s")
     print(f"scan of the OCI archive:        median {archive:.2f} s (ratio {archive / plain:.2f}; goal <= 1.2)")
+    print(f"the build's stage (check+scan): median {stage:.2f} s (ratio {stage / plain:.2f}; one read for both)")
     if args.ref:
         registry = timed(lambda: cubins.scan_target(args.ref, "sm_121", GLOBS), args.runs)
         print(f"scan of the registry image:     median {registry:.2f} s (the archive saves {registry - archive:.2f} s)")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from spark_images import pypi
 from spark_images.errors import UsageError
@@ -151,6 +152,12 @@ def read_one(target: str, path_suffix: str) -> bytes | None:
     for _path, data in iter_files(target, want):
         return data
     return None
+
+
+def archive_config(target: str) -> tuple[dict[str, Any], str | None]:
+    """(image config JSON, manifest digest or None for docker-save) of an image archive on disk."""
+    archive = images.ImageArchive(Path(target))
+    return archive.config(), archive.image()[0]
 
 
 def image_digest(target: str) -> str | None:

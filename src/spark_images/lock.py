@@ -11,35 +11,10 @@ An entry without `state` (older locks) is a candidate. Writes are atomic and
 serialised with an flock on the lock's directory, so two builds finishing at
 once do not lose each other's entry.
 
-Schema (sorted keys, `atomic.dumps_json` style)::
-
-    {
-      "lock_version": 1,
-      "images": {
-        "<profile name>": {
-          "profile": "profiles/cu130.yaml",
-          "image": "REPO@sha256:...",          # always repository@digest
-          "repository": "REPO",
-          "digest": "sha256:...",              # the manifest digest
-          "vllm_commit": "<40 hex>", "vllm_version": "0.29.0",
-          "cuda_version": "13.0.2", "cuda_line": "cu130", "arch_list": "12.0f",
-          "base_image": "NAME:TAG@sha256:...",
-          "pins": {"torch": "...", ...},
-          "state": "candidate" | "promoted",
-          "fixes_required": [40082, ...],      # the plan's (also the image's label)
-          "fixes_included": [40923, ...],      # what the audit found (+ patches), ascending
-          "audit": {"status": "passed" | "skipped", "reason"?: "..."},
-          "cubins": {"verdict": "...", "gpu": "sm_121",
-                     "key"?: {"digest", "tool_version", "gpu", "globs"},
-                     "reused_from"?: "build/NAME/record.json"},
-          "coherence": {"status": "passed" | "skipped", "reason"?: "..."},
-          "promoted"?: {"coherence_image": "REPO@sha256:..."},  # set by promote
-          "created": "2026-01-02T03:04:05Z",   # from SOURCE_DATE_EPOCH
-          "source_date_epoch": 1767323045,
-          "tags": ["..."]                      # human tags publish moved here
-        }
-      }
-    }
+The document is described once, by the typed model below (`LockDocument`,
+`LockEntry` and its sections); `lock_problems` checks a file read from disk
+against it, one line per broken field, and `make_entry` / `promote` build
+entries of that type. Written with sorted keys (`atomic.dumps_json`).
 """
 
 from __future__ import annotations
@@ -51,11 +26,65 @@ import os
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from spark_images import atomic, inputs, profiles
 from spark_images.errors import Finding, Problem, UsageError
 from spark_images.registry.reference import is_digest  # the one digest grammar: a full match
+
+
+# Optional keys sit in a `total=False` subclass: under postponed annotations (this module's
+# `from __future__ import annotations`) Python 3.11 cannot see `NotRequired` in a TypedDict.
+class _Gate(TypedDict):
+    status: str  # "passed" | "skipped"
+
+
+class GateSummary(_Gate, total=False):
+    reason: str  # required when skipped
+
+
+class _Cubins(TypedDict):
+    verdict: str  # "native" | "partial" | ... (cubins.verdict)
+
+
+class CubinSummary(_Cubins, total=False):
+    gpu: str  # "sm_121"
+    key: dict[str, Any]  # {"digest", "tool_version", "gpu", "globs"}
+
+
+class _Entry(TypedDict):
+    profile: str  # "profiles/cu130.yaml"
+    image: str  # always REPOSITORY@DIGEST
+    repository: str
+    digest: str  # the manifest digest, sha256:<64 hex>
+    vllm_commit: str  # 40 hex
+    vllm_version: str
+    cuda_version: str  # "13.0.2"
+    cuda_line: str  # "cu130"
+    arch_list: str  # "12.0f"
+    base_image: str  # NAME:TAG@sha256:...
+    pins: dict[str, str]  # {"torch": "...", ...}
+    fixes_required: list[int]  # the plan's (also the image's label)
+    fixes_included: list[int]  # what the audit found (+ patches), ascending
+    audit: GateSummary
+    cubins: CubinSummary
+    coherence: GateSummary
+    created: str  # RFC 3339, from SOURCE_DATE_EPOCH
+    source_date_epoch: int
+    tags: list[str]  # the human tags publish moved here
+
+
+class LockEntry(_Entry, total=False):
+    """One profile's image: `images.<profile name>` of the lock."""
+
+    state: str  # "candidate" (written by build; also when absent) | "promoted" (by publish)
+    promoted: dict[str, str]  # {"coherence_image": "REPO@sha256:..."}, set by promote
+
+
+class LockDocument(TypedDict):
+    lock_version: int
+    images: dict[str, LockEntry]
+
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = "images.lock.json"
@@ -79,7 +108,7 @@ PROMOTED = "promoted"
 STATES = (CANDIDATE, PROMOTED)
 
 
-def empty_lock() -> dict[str, Any]:
+def empty_lock() -> LockDocument:
     return {"lock_version": LOCK_VERSION, "images": {}}
 
 
@@ -167,7 +196,7 @@ def lock_problems(doc: Any, file: str) -> list[Problem]:
     return out
 
 
-def load_lock(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_lock(path: str | os.PathLike[str]) -> LockDocument:
     """The lock document; an empty lock when the file does not exist.
 
     Read through `inputs` (a regular file within the size limit: a FIFO or
@@ -276,19 +305,20 @@ def make_entry(
     source_date_epoch: int,
     tags: list[str] | None = None,
     fixes_required: list[int] | None = None,
-) -> dict[str, Any]:
+) -> LockEntry:
     """A candidate's lock entry from the plan (as `BuildPlan.to_json()`) and the gates' sections (pure)."""
 
-    def gate(section: Mapping[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": section.get("status")}
+    def gate(section: Mapping[str, Any]) -> GateSummary:
+        out: GateSummary = {"status": section.get("status")}  # type: ignore[typeddict-item]
         if section.get("reason"):
             out["reason"] = section["reason"]
         return out
 
-    cubin_summary = {"verdict": cubins.get("verdict")}
-    for key in ("gpu", "key", "reused_from"):
-        if key in cubins:
-            cubin_summary[key] = cubins[key]
+    cubin_summary: CubinSummary = {"verdict": cubins.get("verdict")}  # type: ignore[typeddict-item]
+    if "gpu" in cubins:
+        cubin_summary["gpu"] = cubins["gpu"]
+    if "key" in cubins:
+        cubin_summary["key"] = cubins["key"]
     return {
         "profile": profile_path,
         "image": f"{repository}@{digest}",

@@ -41,6 +41,16 @@ class PatchRef:
     prs: tuple[int, ...]
 
 
+def patch_ref(path: str, text: str) -> PatchRef:
+    """A patch as the build and the audit both see it: its bytes' digest and the
+    PRs its header declares (the one place a PatchRef is made)."""
+    return PatchRef(
+        path=path,
+        sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        prs=tuple(patch_headers.declared_prs(text)),
+    )
+
+
 @dataclass(frozen=True)
 class CoherencePlan:
     """The Spark gate's matrix, resolved once: the defaults of profiles.py applied and
@@ -161,16 +171,7 @@ def make_plan(
     """Resolve a validated profile. `patch_texts` maps each patch path to its text;
     `profile_path` is the profile's path relative to its project (cwd-independent)."""
     texts = patch_texts or {}
-    refs = []
-    for path in profile.patches:
-        text = texts.get(path, "")
-        refs.append(
-            PatchRef(
-                path=path,
-                sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-                prs=tuple(patch_headers.declared_prs(text)),
-            )
-        )
+    refs = [patch_ref(path, texts.get(path, "")) for path in profile.patches]
     arch = profile.cuda.arch_list or arch_list_for(profile.cuda.version) or ""
     base_name, _, digest = profile.cuda.base_image.partition("@")
     pins = {

@@ -5,12 +5,14 @@ type=oci` writes it): the config and, per layer, every entry with its type,
 mode, owner, mtime, size, link target and content sha256. `differences(a, b)`
 (pure) names each layer file and config field that differs.
 
-Not folded into `artifacts`: its tar reader yields the merged file system's names and bytes, while this diff needs each layer's own entries with mode, owner and mtime (where irreproducible builds usually differ).
+It reads through the one archive reader and layer stream the inspectors use,
+but asks for each layer's own entries (`layer_entries`: mode, owner, mtime and
+content digest, where irreproducible builds usually differ), not the merged
+file system.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tarfile
 from dataclasses import dataclass
@@ -18,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from spark_images.errors import UsageError
+from spark_images.readers.common import QUIET
+from spark_images.readers.images import ImageArchive
+from spark_images.readers.layers import layer_entries
+from spark_images.readers.streams import Opener
 
 MAX_LINES = 200
 
@@ -58,51 +64,35 @@ def _layer_path(name: str) -> str:
     return name.lstrip("/")
 
 
-def _layer_entries(blob: Any) -> dict[str, Entry]:
-    out: dict[str, Entry] = {}
-    with tarfile.open(fileobj=blob, mode="r|*") as layer:
-        for info in layer:
-            digest = ""
-            if info.isfile():
-                handle = layer.extractfile(info)
-                h = hashlib.sha256()
-                if handle is not None:
-                    for chunk in iter(lambda: handle.read(1 << 20), b""):  # noqa: B023 - consumed at once
-                        h.update(chunk)
-                digest = h.hexdigest()
-            out[_layer_path(info.name)] = Entry(
-                kind=_kind(info), mode=info.mode, uid=info.uid, gid=info.gid, mtime=int(info.mtime),
-                size=info.size, link=info.linkname, sha256=digest,
-            )  # fmt: skip
-    return out
+def _entry(info: tarfile.TarInfo, content: str) -> Entry:
+    return Entry(
+        kind=_kind(info), mode=info.mode, uid=info.uid, gid=info.gid, mtime=int(info.mtime),
+        size=info.size, link=info.linkname, sha256=content,
+    )  # fmt: skip
+
+
+def _layer_entries(digest: str, opener: Opener, where: str) -> dict[str, Entry]:
+    return {_layer_path(info.name): _entry(info, content) for info, content in layer_entries(digest, opener, where)}
 
 
 def listing(archive: Path) -> Listing:
-    """Read the single image of an OCI archive into a Listing (UsageError when it cannot be read)."""
+    """Read the linux/arm64 image of an OCI archive into a Listing (UsageError when it cannot be read).
+
+    Through the one archive reader (`readers.images.ImageArchive`: digests checked as
+    blobs stream) and the one layer stream (`readers.layers.layer_entries`: caps on
+    decompression and headers), the same ones `check` and `cubins` use.
+    """
     try:
-        return _read_listing(archive)
-    except (OSError, tarfile.TarError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise UsageError(f"{archive}: not a readable OCI image archive ({exc.__class__.__name__}: {exc})") from exc
-
-
-def _read_listing(archive: Path) -> Listing:
-    with tarfile.open(archive, "r:*") as tar:
-
-        def blob(digest: str) -> Any:
-            algo, _, hexd = digest.partition(":")
-            handle = tar.extractfile(f"blobs/{algo}/{hexd}")
-            if handle is None:
-                raise ValueError(f"{archive}: blob {digest} missing")
-            return handle
-
-        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
-        manifest_digest = str(index["manifests"][0]["digest"])
-        manifest = json.loads(blob(manifest_digest).read())
-        config = json.loads(blob(manifest["config"]["digest"]).read())
-        layers = tuple(
-            (str(layer["digest"]), _layer_entries(blob(str(layer["digest"])))) for layer in manifest["layers"]
-        )
-    return Listing(manifest_digest, config, layers)
+        image = ImageArchive(archive)
+        digest, _layers = image.image()
+        if digest is None:
+            raise UsageError(f"{archive}: a docker-save archive has no manifest digest to compare")
+        config = image.config()
+        layers = tuple((d, _layer_entries(d, opener, str(archive))) for d, opener in image.layers(QUIET))
+    except UsageError as exc:
+        why = str(exc).removeprefix(f"{archive}: ")
+        raise UsageError(f"{archive}: not a readable OCI image archive ({why})") from exc
+    return Listing(digest, config, layers)
 
 
 def _entry_diff(a: Entry, b: Entry) -> str:

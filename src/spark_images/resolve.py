@@ -114,13 +114,17 @@ def base_dir_of(profile_path: str | Path) -> Path:
     return Path(profile_path).resolve().parent.parent
 
 
-def resolve_profile(path: str | Path) -> Resolved:
+def resolve_profile(path: str | Path, *, read_lock: bool = True) -> Resolved:
+    """The checked profile and its plan. `read_lock=False` is for `audit PROFILE`:
+    the audit needs the commit, the required fixes and the patches (read here,
+    exactly as for the build), not the Python pins the lock holds."""
     profile = load_profile(path)
     base = base_dir_of(path)
     problems = check_profile(profile)
     texts: dict[str, str] = {}
     problems.extend(_patch_problems(profile, base, texts))
-    problems.extend(_lock_problems(profile, base))
+    if read_lock:
+        problems.extend(_lock_problems(profile, base))
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise Finding(*errors)

@@ -101,8 +101,6 @@ def cubins_section(s: Scanned, stop: Stop | None = None) -> dict[str, Any]:
         doc["reason"] = stop.reason
     doc.update({k: v for k, v in s.detail.items() if k not in ("status", "reason")})
     doc.update(required=list(s.key.globs), key=s.key.to_json(), target=s.target)
-    if s.reused_from:
-        doc["reused_from"] = s.reused_from
     return doc
 
 
@@ -160,8 +158,6 @@ def lock_entry(v: Validated, a: Audited, b: Built, s: Scanned, g: Gated, tags: l
     plan_doc = v.plan.to_json()
     audit = {"status": a.status, **({"reason": f"not run: {a.reason}"} if a.report is None else {})}
     cubins: dict[str, Any] = {"verdict": s.verdict, "gpu": s.key.gpu, "key": s.key.to_json()}
-    if s.reused_from:
-        cubins["reused_from"] = s.reused_from
     return lock.make_entry(
         profile_path=v.plan.profile_path,
         repository=b.repository,

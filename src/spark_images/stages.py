@@ -144,15 +144,18 @@ class ScanKey:
 
 @dataclass(frozen=True)
 class Scanned:
-    """The cubin inspector's answer for the built image (or an earlier one of the same key)."""
+    """The cubin inspector's answer for the built image.
+
+    Always a scan of this build's own archive, from the one read `check` shares:
+    an earlier record's verdict is never reused, since that read is cheap (see
+    benchmarks/build_scan.py) and a reused verdict would need its own proof."""
 
     key: ScanKey
     target: str  # what was read: the OCI archive, a registry image or docker://NAME
     verdict: str
     missing_required: tuple[str, ...]
-    report: CubinReport | None = None  # None when reused
+    report: CubinReport | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)  # the report as JSON
-    reused_from: str = ""
     # `check` of the same archive, from the same read (the record's `verdict` section)
     check: CheckResult | None = None
 

@@ -103,8 +103,8 @@ def audit(v: Validated, vllm_repo: Path | None, log: Log) -> Audited:
     required = tuple(plan.required_fixes)
     from_patches = tuple(sorted({pr for patch in plan.patches for pr in patch.prs}))
     try:
-        patch_files = [v.base_dir / patch.path for patch in plan.patches]
-        report = audit_mod.check_required(plan.vllm_commit, required, patch_files, vllm_repo)
+        # the plan's own PatchRefs: the PRs its headers declare were parsed once, when planning
+        report = audit_mod.check_required(plan.vllm_commit, required, plan.patches, vllm_repo)
     except EnvironmentProblem as exc:
         why = "; ".join(line.removeprefix(": ") for line in exc.lines())
         log(f"[audit] skipped: {why}")
@@ -264,29 +264,6 @@ def scan_target_of(b: Built) -> str:
     return str(b.oci_archive)
 
 
-def previous_scan(record_path: Path, key: ScanKey) -> Scanned | None:
-    """The passed cubin verdict of the last record, when its key is this one.
-
-    A digest names the image's bytes, but a verdict also depends on the
-    inspector's version, the GPU and the required globs: all four must match.
-    """
-    from spark_images.record import BuildRecord
-
-    try:
-        old = BuildRecord.load(record_path).to_json()
-    except (OSError, SparkImagesError):
-        return None
-    section = old.get("cubins")
-    if not isinstance(section, dict) or section.get("status") != PASSED or section.get("key") != key.to_json():
-        return None
-    detail = {k: val for k, val in section.items() if k not in ("status", "reason", "key", "required", "target", "reused_from")}
-    return Scanned(
-        key=key, target=str(section.get("target", "")), verdict=str(section.get("verdict")),
-        missing_required=tuple(section.get("missing_required") or ()), detail=detail,
-        reused_from=f"{record_path} (same digest, inspector {key.tool_version}, {key.gpu}, globs)",
-    )  # fmt: skip
-
-
 def audit_fixes(a: Audited | None) -> dict[str, Any]:
     """The build's own audit as the check's `fixes`: the vLLM history is not read twice."""
     from spark_images.check import audit_doc
@@ -300,8 +277,8 @@ def audit_fixes(a: Audited | None) -> dict[str, Any]:
 def scan(v: Validated, b: Built, build_dir: Path, a: Audited | None = None) -> Scanned:
     """`check` of the built OCI archive; the same read gives the cubin gate's report.
 
-    No earlier verdict is reused (`previous_scan`): `check` reads the archive
-    anyway, and its pass classifies the device code on the way.
+    No earlier verdict is reused: `check` reads the archive anyway, and its
+    pass classifies the device code on the way.
     """
     from spark_images import __version__
     from spark_images import check as check_mod

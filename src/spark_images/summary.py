@@ -25,8 +25,6 @@ def _detail(name: str, section: dict[str, Any]) -> str:
     if name == "lock" and section.get("path"):
         state = f" ({section['state']})" if section.get("state") else ""
         return f"{section['path']}: {section.get('image', '')}{state}"
-    if name == "cubins" and section.get("reused_from") and section.get("verdict"):
-        return f"verdict {section['verdict']} (reused: {section['reused_from']})"
     if name == "cubins" and section.get("verdict"):
         return f"verdict {section['verdict']}"
     if name == "verdict" and section.get("verdict"):

@@ -188,25 +188,3 @@ def test_push_with_a_tag_or_digest_is_a_usage_error_naming_publish(target: str, 
     assert not (tmp_path / "b").exists() and not (tmp_path / "l.json").exists()
 
 
-def test_a_cubin_verdict_is_reused_only_for_the_same_digest_tool_gpu_and_globs(tmp_path: Path) -> None:
-    from spark_images import serialise, steps
-    from spark_images.record import BuildRecord
-
-    key = ScanKey(DIGEST, "0.1.0", "sm_121", ("vllm/_C*.so",))
-    scanned = Scanned(key, "t", "partial", (), detail={"verdict": "partial", "gpu": "sm_121", "libraries": []})
-    path = tmp_path / "record.json"
-    BuildRecord(profile="p", sections={"cubins": serialise.cubins_section(scanned)}).save(path)
-    reused = steps.previous_scan(path, key)
-    assert reused is not None and reused.verdict == "partial" and str(path) in reused.reused_from
-    assert serialise.cubins_section(reused)["reused_from"] == reused.reused_from
-    for other in (
-        ScanKey("sha256:" + "cd" * 32, "0.1.0", "sm_121", key.globs),
-        ScanKey(DIGEST, "0.2.0", "sm_121", key.globs),
-        ScanKey(DIGEST, "0.1.0", "sm_120", key.globs),
-        ScanKey(DIGEST, "0.1.0", "sm_121", ("vllm/*.so",)),
-    ):
-        assert steps.previous_scan(path, other) is None
-    # a failed verdict is never reused
-    failed = gates.Stop("cubins", "vllm/_C.abi3.so: no native sm_121 code")
-    BuildRecord(profile="p", sections={"cubins": serialise.cubins_section(scanned, failed)}).save(path)
-    assert steps.previous_scan(path, key) is None

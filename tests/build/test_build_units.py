@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import re
 import tarfile
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,23 @@ def test_make_entry_follows_the_schema() -> None:
     assert doc["audit"] == {"status": "skipped", "reason": "no history"}
     assert doc["cubins"] == {"verdict": "native", "gpu": "sm_121"}
     assert lock.entry_problems(doc, "f", "cu130") == []
+
+
+def test_the_typed_lock_model_is_what_make_entry_promote_and_the_checker_use() -> None:
+    # the lock is described once (lock.LockEntry); what is written and what is checked follow it
+    hints = typing.get_type_hints(lock.LockEntry)
+    required, optional = lock.LockEntry.__required_keys__, lock.LockEntry.__optional_keys__
+    candidate = entry()
+    assert set(candidate) <= set(hints) and required <= set(candidate)
+    promoted = lock.promote(entry(coherence={"status": "passed", "image": f"r@{DIGEST}"}), None)
+    assert set(promoted) <= set(hints) and {"state", "promoted"} <= optional
+    assert all(hints[key] is str and key in required for key in lock.REQUIRED_STR)
+    for section in ("audit", "coherence"):
+        assert set(candidate[section]) <= set(typing.get_type_hints(lock.GateSummary))
+    assert set(candidate["cubins"]) <= set(typing.get_type_hints(lock.CubinSummary))
+    # a key the model lacks would be written silently; a required one missing is refused
+    broken = {k: v for k, v in candidate.items() if k != "vllm_commit"}
+    assert [p.field for p in lock.entry_problems(broken, "f", "cu130")] == ["images.cu130.vllm_commit"]
 
 
 def test_update_entry_writes_sorted_atomic_json_and_keeps_other_entries(tmp_path: Path) -> None:

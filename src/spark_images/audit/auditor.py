@@ -2,18 +2,20 @@
 git knows once, then let the pure modules decide each PR.
 
 This is the thin edge of the audit room: it talks to git (through `git.py`),
-PyPI (through `releases.py`), artifacts (through `spark_images.artifacts`) and
-the file system (profiles, patches); `history.py` and `states.py` decide.
+PyPI (through `releases.py`), artifacts and profiles (through `resolving.py`
+and `sources.py`); `history.py` and `states.py` decide. Where the history
+comes from is `clone.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from spark_images.audit import git as gitmod
 from spark_images.audit._problems import problem
+from spark_images.audit.clone import History, open_history
 from spark_images.audit.discover import discover
 from spark_images.audit.firsts import FirstShipped, Release, first_shipped, release_list
 from spark_images.audit.history import (
@@ -32,65 +34,22 @@ from spark_images.audit.knowledge import KnowledgeBase, load_knowledge
 from spark_images.audit.main_cache import main_commits
 from spark_images.audit.markers import check_fixes
 from spark_images.audit.pypi_releases import Catalog, load_catalog
-from spark_images.audit.releases import parse_tag, sdist_commit, tag_candidates
-from spark_images.audit.sources import read_installed, read_patches, read_profile
+from spark_images.audit.releases import parse_tag
+from spark_images.audit.resolving import TargetResolver
+from spark_images.audit.sources import patch_refs
 from spark_images.audit.states import AuditReport, FixResult, MarkerResult, decide
-from spark_images.audit.targets import TargetSpec, classify, path_exists
+from spark_images.audit.targets import classify, path_exists
 from spark_images.errors import EnvironmentProblem, UsageError
 
-CACHE_MAX_AGE_S = 3600.0
-FETCH_TIMEOUT_S = 120.0  # an update is optional: do not hang on a dead network
+if TYPE_CHECKING:
+    from spark_images.audit.git_parse import TagRef
+    from spark_images.plan import PatchRef
+
 _MIN_PR_SUBJECT_RATIO = 0.3
 _SAMPLE = 200
 
 
-@dataclass
-class History:
-    """A repository holding vLLM history, and whether it is our cache clone."""
-
-    repo: gitmod.Repo
-    is_cache: bool
-    url: str = ""
-    fetched: bool = False
-    notes: list[str] = field(default_factory=list)
-
-    def refresh(self) -> bool:
-        """Fetch once per run (cache clone only); False when it cannot."""
-        if not self.is_cache or self.fetched:
-            return False
-        self.fetched = True
-        try:
-            why = gitmod.fetch_cache(self.repo, self.url, timeout=FETCH_TIMEOUT_S)
-        except EnvironmentProblem as exc:  # e.g. a network that swallows packets
-            why = exc.problems[0].message
-        if why is not None:
-            self.notes.append(f"could not update the cached clone ({why}); using the history it already has")
-            return False
-        return True
-
-
-def open_history(repo: Path | None = None) -> History:
-    """`--repo` as given, or the cached treeless clone (cloned/fetched as needed)."""
-    if repo is not None:
-        return History(gitmod.Repo(Path(repo)), is_cache=False)
-    url = gitmod.upstream_url()
-    dest = gitmod.cache_root() / "vllm.git"
-    clone, fresh = gitmod.open_cache(url, dest)
-    history = History(clone, is_cache=True, url=url, fetched=fresh)
-    if not fresh and gitmod.cache_age_s(clone) > CACHE_MAX_AGE_S:
-        history.refresh()
-    return history
-
-
-@dataclass(frozen=True)
-class Resolved:
-    commit: str
-    required: tuple[int, ...] = ()
-    patches: tuple[Path, ...] = ()
-    notes: tuple[str, ...] = ()
-
-
-class Auditor:
+class Auditor(TargetResolver):
     """Audits any number of targets against one history, gathering main once."""
 
     def __init__(self, history: History, kb: KnowledgeBase | None = None, catalog: Catalog | None = None) -> None:
@@ -103,63 +62,7 @@ class Auditor:
         self._tips: set[str] = set()
         self._index: HistoryIndex | None = None
         self._views: dict[str, View] = {}
-        self._tags: list[gitmod.TagRef] | None = None
-
-    # -- resolving targets ---------------------------------------------------
-    def resolve_commit(self, rev: str, what: str) -> str:
-        sha = self._resolve_once(rev, what)
-        if sha is None and self.history.refresh():
-            sha = self._resolve_once(rev, what)
-        if sha is None:
-            raise UsageError(problem(f"{what}: no such commit in {self.repo.path}"))
-        return sha
-
-    def _resolve_once(self, rev: str, what: str) -> str | None:
-        if 4 <= len(rev) < 40 and all(c in "0123456789abcdef" for c in rev):
-            found = self.repo.commits_with_prefix(rev)
-            if len(found) > 1:
-                listed = ", ".join(f[:12] for f in found[:5])
-                raise UsageError(problem(f"{what}: short commit {rev} is ambiguous in {self.repo.path} ({listed}); give more digits"))
-            if found:
-                return found[0]
-        return self.repo.resolve_commit(rev)
-
-    def resolve_release(self, version: str) -> tuple[str, str]:
-        for attempt in range(2):
-            for tag in tag_candidates(version):
-                sha = self.repo.resolve_commit(f"refs/tags/{tag}")
-                if sha:
-                    return sha, f"release {version}: tag {tag}"
-            if attempt == 0 and not self.history.refresh():
-                break
-        prefix = sdist_commit(version)
-        sha = self.resolve_commit(prefix, f"vLLM {version} (commit g{prefix} from its PyPI sdist)")
-        return sha, f"release {version}: no tag here; commit {prefix} read from the PyPI sdist's vllm/_version.py"
-
-    def resolve(self, spec: TargetSpec) -> Resolved:
-        if spec.kind == "commit":
-            return Resolved(self.resolve_commit(spec.value, spec.text))
-        if spec.kind == "release":
-            sha, note = self.resolve_release(spec.value)
-            return Resolved(sha, notes=(note,))
-        if spec.kind == "profile":
-            return self._resolve_profile(Path(spec.value))
-        if spec.kind in ("artifact", "image"):
-            installed = read_installed(spec.value)
-            via = ("vllm/_version.py and the vllm dist-info read from the image's layers through the registry "
-                   "(no daemon, no pull)",) if spec.kind == "image" else ()
-            if installed.commit is None and installed.release:
-                sha, note = self.resolve_release(installed.release)
-                return Resolved(sha, notes=(*via, installed.how, note))
-            prefix = installed.commit or ""
-            what = f"{spec.text} (version {installed.version or '?'}, commit g{prefix})"
-            return Resolved(self.resolve_commit(prefix, what), notes=(*via, installed.how))
-        return Resolved(self.resolve_commit(spec.value, spec.text))
-
-    def _resolve_profile(self, path: Path) -> Resolved:
-        commit, required, patches = read_profile(path)
-        sha = self.resolve_commit(commit, f"{path}: vllm.commit")
-        return Resolved(sha, required=required, patches=patches, notes=(f"profile {path}",))
+        self._tags: list[TagRef] | None = None
 
     # -- gathering history -----------------------------------------------------
     def _main_data(self) -> tuple[str | None, list]:
@@ -170,7 +73,7 @@ class Auditor:
             self._main = (head, commits)
         return self._main
 
-    def tags(self) -> list[gitmod.TagRef]:
+    def tags(self) -> list[TagRef]:
         if self._tags is None:
             self._tags = [t for t in self.repo.tags() if parse_tag(t.name) is not None]
         return self._tags
@@ -315,11 +218,12 @@ class Auditor:
         prs: Sequence[int] | None = None,
         required: Sequence[int] = (),
         asked: Sequence[int] = (),
-        patches: Sequence[Path] = (),
+        patches: Sequence[PatchRef | Path] = (),
         notes: Sequence[str] = (),
         releases: bool = True,
     ) -> AuditReport:
-        declared = read_patches(patches)
+        """`patches`: a plan's PatchRefs, or patch files (read through the same parser)."""
+        declared = patch_refs(patches)
         wanted = list(dict.fromkeys([*(prs if prs is not None else self.kb.prs()), *required, *asked]))
         undoers = {n for pr in wanted if (f := self.kb.get(pr)) for n in f.undone_by}
         index = self.index([commit])
@@ -338,7 +242,7 @@ class Auditor:
                 here[pr],
                 undone_by=[(n, here[n]) for n in undone],
                 markers=markers.get(pr, ()),
-                patches=[str(p) for p, prs_ in declared if pr in prs_],
+                patches=[p.path for p in declared if pr in p.prs],
                 truncated=cut,
             )
             first = self.first_shipped(pr, undone) if releases else FirstShipped()
@@ -428,10 +332,11 @@ def audit_target(
 def check_required(
     commit: str,
     required: Sequence[int],
-    patches: Sequence[Path] = (),
+    patches: Sequence[PatchRef | Path] = (),
     repo: Path | None = None,
 ) -> AuditReport:
-    """The audit a build gate needs: every KB fix plus `required`, with `patches`.
+    """The audit a build gate needs: every KB fix plus `required`, with `patches`
+    (the plan's PatchRefs, as the build read them; or patch files).
 
     `report.missing_required` lists the required fixes that are absent,
     reverted or effect-absent and not patched. Raises EnvironmentProblem when

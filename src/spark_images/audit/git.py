@@ -3,28 +3,25 @@
 It gathers data and decides nothing: commits as `CommitInfo`, tags, files at a
 commit, shallow boundaries, and the cached treeless clone of upstream vLLM.
 Every git failure becomes a one-line `EnvironmentProblem`/`UsageError`.
+What git prints is split into data by the pure `git_parse.py`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from spark_images.audit import git_parse as parse
 from spark_images.audit._problems import problem
+from spark_images.audit.git_parse import HEX, TagRef
 from spark_images.audit.history import CommitInfo
 from spark_images.errors import EnvironmentProblem, Problem, UsageError
 
 UPSTREAM_URL = "https://github.com/vllm-project/vllm.git"
-_SEP = "\x1f"
-_FMT_LEAN = "%H%x1f%T%x1f%P%x1f%ct%x1f%s"
-_FMT_FULL = "%H%x1f%T%x1f%P%x1f%ct%x1f%s%x1f%b"
-_HEX = re.compile(r"^[0-9a-f]{4,40}$")
 MAIN_REFS: tuple[str, ...] = ("refs/heads/main", "refs/remotes/origin/main", "refs/remotes/upstream/main")
 _STAMP = "spark-images-fetched"
 
@@ -39,11 +36,6 @@ def _env(lazy_fetch: bool) -> dict[str, str]:
     else:
         env.pop("GIT_NO_LAZY_FETCH", None)
     return env
-
-
-def _last_line(data: bytes) -> str:
-    lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
-    return lines[-1] if lines else "no message"
 
 
 def _run(
@@ -70,12 +62,6 @@ def _run(
         raise EnvironmentProblem(problem(f"git {args[0]} took longer than {timeout:.0f}s in {cwd}")) from None
 
 
-@dataclass(frozen=True)
-class TagRef:
-    name: str
-    commit: str
-
-
 class Repo:
     """A local git repository (work tree or bare) holding vLLM history."""
 
@@ -86,14 +72,14 @@ class Repo:
             raise UsageError(problem(f"{self.path}: no such directory (--repo must name a git clone of vLLM)"))
         proc = _run(["rev-parse", "--absolute-git-dir"], cwd=self.path, timeout=timeout)
         if proc.returncode != 0:
-            raise UsageError(problem(f"{self.path}: not a git repository ({_last_line(proc.stderr)})"))
+            raise UsageError(problem(f"{self.path}: not a git repository ({parse.last_line(proc.stderr)})"))
         self.git_dir = Path(proc.stdout.decode().strip())
 
     # -- plumbing ---------------------------------------------------------
     def git(self, *args: str, stdin: bytes | None = None, lazy_fetch: bool = False, timeout: float | None = None) -> bytes:
         proc = _run(args, cwd=self.path, stdin=stdin, timeout=timeout or self.timeout, lazy_fetch=lazy_fetch)
         if proc.returncode != 0:
-            raise EnvironmentProblem(problem(f"{self.path}: git {args[0]} failed: {_last_line(proc.stderr)}"))
+            raise EnvironmentProblem(problem(f"{self.path}: git {args[0]} failed: {parse.last_line(proc.stderr)}"))
         return proc.stdout
 
     def _try(self, *args: str) -> bytes | None:
@@ -132,7 +118,7 @@ class Repo:
 
     def commits_with_prefix(self, prefix: str) -> list[str]:
         """Every commit whose SHA starts with `prefix` (to report ambiguity)."""
-        if not _HEX.match(prefix):
+        if not HEX.match(prefix):
             return []
         out = self._try("rev-parse", f"--disambiguate={prefix}") or b""
         objects = out.decode().split()
@@ -153,76 +139,27 @@ class Repo:
         return present[0] if present else None
 
     def tags(self) -> list[TagRef]:
-        out = self._try(
-            "for-each-ref",
-            "--format=%(refname:strip=2)%1f%(objecttype)%1f%(objectname)%1f%(*objecttype)%1f%(*objectname)",
-            "refs/tags/",
-        ) or b""
-        tags: list[TagRef] = []
-        for line in out.decode("utf-8", "replace").splitlines():
-            name, otype, oid, ptype, poid = (line.split(_SEP) + [""] * 5)[:5]
-            if otype == "commit":
-                tags.append(TagRef(name, oid))
-            elif otype == "tag" and ptype == "commit":
-                tags.append(TagRef(name, poid))
-        return tags
+        out = self._try("for-each-ref", f"--format={parse.TAG_FORMAT}", "refs/tags/") or b""
+        return parse.parse_tags(out)
 
     # -- history -----------------------------------------------------------
     def log(self, revs: Sequence[str], *, bodies: bool) -> list[CommitInfo]:
         """Commits reachable from `revs` (git rev syntax, `^X` excludes)."""
         if not revs:
             return []
-        fmt = _FMT_FULL if bodies else _FMT_LEAN
+        fmt = parse.LOG_FORMAT_FULL if bodies else parse.LOG_FORMAT_LEAN
         out = self.git(
             "-c", "core.commitGraph=true", "log", "--no-mailmap", "-z", f"--format={fmt}", *revs, "--",
         )
-        commits: list[CommitInfo] = []
-        for record in out.decode("utf-8", "replace").split("\x00"):
-            if not record:
-                continue
-            parts = record.split(_SEP, 5)
-            if len(parts) < 5:
-                continue
-            sha, tree, parents, when = parts[0].strip(), parts[1], parts[2], parts[3]
-            body = parts[5] if len(parts) > 5 else ""
-            commits.append(
-                CommitInfo(
-                    sha=sha,
-                    tree=tree,
-                    parents=tuple(parents.split()),
-                    subject=parts[4],
-                    body=body,
-                    time=int(when) if when.isdigit() else 0,
-                )
-            )
-        return commits
+        return parse.parse_log(out)
 
     def messages(self, shas: Iterable[str]) -> dict[str, tuple[str, str]]:
         """(subject, body) of the given commits; unknown ones are left out."""
-        wanted = [s for s in dict.fromkeys(shas) if _HEX.match(s)]
+        wanted = [s for s in dict.fromkeys(shas) if HEX.match(s)]
         if not wanted:
             return {}
         proc = _run(["cat-file", "--batch"], cwd=self.path, stdin=("\n".join(wanted) + "\n").encode(), timeout=self.timeout)
-        data = proc.stdout
-        found: dict[str, tuple[str, str]] = {}
-        pos = 0
-        for asked in wanted:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                break
-            header = data[pos:nl].decode().split()
-            pos = nl + 1
-            if len(header) < 3 or header[1] != "commit":
-                if len(header) == 3:
-                    pos += int(header[2]) + 1
-                continue
-            size = int(header[2])
-            raw = data[pos : pos + size].decode("utf-8", "replace")
-            pos += size + 1
-            _, _, message = raw.partition("\n\n")
-            subject, _, body = message.partition("\n")
-            found[asked] = (subject.strip(), body)
-        return found
+        return parse.parse_messages(wanted, proc.stdout)
 
     def read_paths(self, commit: str, paths: Sequence[str], timeout: float = 300.0) -> dict[str, bytes | None]:
         """Files at `commit` (None: not in the tree). May fetch blobs in a partial clone."""
@@ -231,28 +168,14 @@ class Repo:
         stdin = "".join(f"{commit}:{p}\n" for p in paths).encode()
         proc = _run(["cat-file", "--batch"], cwd=self.path, stdin=stdin, timeout=timeout, lazy_fetch=True)
         if proc.returncode != 0:
-            raise EnvironmentProblem(problem(f"{self.path}: cannot read files at {commit[:12]}: {_last_line(proc.stderr)}"))
-        data = proc.stdout
-        result: dict[str, bytes | None] = {}
-        pos = 0
-        for path in paths:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                raise EnvironmentProblem(problem(f"{self.path}: git cat-file stopped early at {path}"))
-            header = data[pos:nl].decode().split()
-            pos = nl + 1
-            if len(header) == 3 and header[1] == "blob":
-                size = int(header[2])
-                result[path] = data[pos : pos + size]
-                pos += size + 1
-            else:
-                if len(header) == 3:  # a tree or other object at that path
-                    pos += int(header[2]) + 1
-                result[path] = None
-        return result
+            raise EnvironmentProblem(problem(f"{self.path}: cannot read files at {commit[:12]}: {parse.last_line(proc.stderr)}"))
+        try:
+            return parse.parse_blobs(paths, proc.stdout)
+        except parse.BatchCut as cut:
+            raise EnvironmentProblem(problem(f"{self.path}: git cat-file stopped early at {cut.args[0]}")) from None
 
     def is_ancestor(self, old: str, new: str) -> bool:
-        if not (_HEX.match(old) and _HEX.match(new)):
+        if not (HEX.match(old) and HEX.match(new)):
             return False
         proc = _run(["merge-base", "--is-ancestor", old, new], cwd=self.path, timeout=self.timeout)
         return proc.returncode == 0
@@ -281,63 +204,28 @@ class Repo:
     def renamed_in(self, commit: str, path: str) -> str | None:
         """Where git's rename detection says `commit` moved `path` to (None: not a rename)."""
         out = self._try("diff-tree", "-r", "-M", "--no-commit-id", "--name-status", "-z", commit)
-        fields = (out or b"").decode("utf-8", "replace").split("\x00")
-        i = 0
-        while i < len(fields):
-            status = fields[i]
-            if status.startswith(("R", "C")) and i + 2 < len(fields):
-                if fields[i + 1] == path and status.startswith("R"):
-                    return fields[i + 2]
-                i += 3
-            else:
-                i += 2
-        return None
+        return parse.parse_rename(out or b"", path)
 
     def range_messages(self, revs: Sequence[str], timeout: float = 300.0) -> list[tuple[str, str, str, list[str]]]:
         """(sha, subject, body, changed paths) of every commit in the range."""
-        out = self.git("log", "--no-mailmap", "--no-renames", "--name-only", "--format=%x1e%H%x1f%s%x1f%b%x1d", *revs, "--",
+        out = self.git("log", "--no-mailmap", "--no-renames", "--name-only", f"--format={parse.RANGE_FORMAT}", *revs, "--",
                        timeout=timeout, lazy_fetch=True)
-        found: list[tuple[str, str, str, list[str]]] = []
-        for record in out.decode("utf-8", "replace").split("\x1e"):
-            head, _, names = record.partition("\x1d")
-            parts = head.split(_SEP, 2)
-            if len(parts) < 3:
-                continue
-            found.append((parts[0].strip(), parts[1], parts[2], [n for n in names.splitlines() if n.strip()]))
-        return found
+        return parse.parse_range(out)
 
     def range_pickaxe(self, revs: Sequence[str], regex: str, timeout: float = 300.0) -> dict[str, list[tuple[str, str]]]:
         """sha -> [(path, added line)] for commits whose diff adds a line matching `regex` (ERE)."""
         out = self.git("log", "--no-mailmap", "--no-renames", "-p", "-U0", "--no-color", "--no-ext-diff", f"-G{regex}",
                        "--format=%x1e%H", *revs, "--", timeout=timeout, lazy_fetch=True)
-        return _added_lines(out)
+        return parse.added_lines(out)
 
     def patch_of(self, sha: str, limit: int = 4 * 1024 * 1024) -> list[tuple[str, str]]:
         """[(path, added line)] of one commit's diff against its first parent (capped)."""
         out = self.git("show", "--no-mailmap", "--no-renames", "-U0", "--no-color", "--no-ext-diff", "--format=%x1e%H", sha,
                        "--", lazy_fetch=True)
-        return next(iter(_added_lines(out[:limit]).values()), [])
+        return next(iter(parse.added_lines(out[:limit]).values()), [])
 
     def write_commit_graph(self) -> None:
         self._try("commit-graph", "write", "--reachable")
-
-
-def _added_lines(out: bytes) -> dict[str, list[tuple[str, str]]]:
-    found: dict[str, list[tuple[str, str]]] = {}
-    for record in out.decode("utf-8", "replace").split("\x1e"):
-        lines = record.split("\n")
-        sha = lines[0].strip()
-        if not _HEX.match(sha):
-            continue
-        path = ""
-        added: list[tuple[str, str]] = []
-        for line in lines[1:]:
-            if line.startswith("+++ "):
-                path = line[6:] if line.startswith("+++ b/") else ""
-            elif line.startswith("+") and path:
-                added.append((path, line[1:]))
-        found[sha] = added
-    return found
 
 
 # -- the cached treeless clone of upstream vLLM --------------------------------
@@ -378,7 +266,7 @@ def clone_cache(url: str, dest: Path, timeout: float = 900.0) -> Repo:
         raise _no_history(url, dest, exc.problems[0].message) from None
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise _no_history(url, dest, _last_line(proc.stderr))
+        raise _no_history(url, dest, parse.last_line(proc.stderr))
     _run(["config", "fetch.writeCommitGraph", "true"], cwd=tmp)
     _run(["commit-graph", "write", "--reachable"], cwd=tmp, timeout=timeout)
     (tmp / _STAMP).write_text(str(time.time()))
@@ -399,7 +287,7 @@ def fetch_cache(repo: Repo, url: str, timeout: float = 600.0) -> str | None:
         lazy_fetch=True,
     )
     if proc.returncode != 0:
-        return _last_line(proc.stderr)
+        return parse.last_line(proc.stderr)
     repo.write_commit_graph()
     (repo.git_dir / _STAMP).write_text(str(time.time()))
     return None

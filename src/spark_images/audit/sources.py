@@ -1,7 +1,11 @@
-"""Inputs the audit reads but does not own: patches, profiles, and what an
-installed vLLM (a wheel, a directory, an image, local or in a registry) says
-about its commit. Reading images goes through `spark_images.artifacts`, which
-streams layers from a registry without a daemon or a pull.
+"""Inputs the audit reads but does not own: patch files given by path, and
+what an installed vLLM (a wheel, a directory, an image, local or in a registry)
+says about its commit. Reading images goes through `spark_images.artifacts`,
+which streams layers from a registry without a daemon or a pull.
+
+A profile's patches are not read here: `audit PROFILE` takes them from the
+build's own plan (`resolve.resolve_profile`), so it counts exactly the patches
+the build applies.
 """
 
 from __future__ import annotations
@@ -11,54 +15,35 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spark_images import inputs
 from spark_images.audit._problems import problem
 from spark_images.audit.releases import parse_version_file
 from spark_images.errors import EnvironmentProblem, UsageError
 
+if TYPE_CHECKING:
+    from spark_images.plan import PatchRef
+
 _DIST_INFO = re.compile(r"(?:^|/)vllm-[^/]+\.dist-info/(METADATA|direct_url\.json)$")
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})(?:$|[.+])")
 _MEMBER_LIMIT = 4 * 1024 * 1024
 
 
-def read_patches(patches: Sequence[Path]) -> list[tuple[Path, list[int]]]:
-    from spark_images.patches import declared_prs
+def patch_refs(patches: Sequence[PatchRef | Path | str]) -> tuple[PatchRef, ...]:
+    """The patches an audit counts. A plan's PatchRef is taken as it is (the
+    build read that file); a file given by path is read here and made into a
+    PatchRef by the same function the plan uses, so one header parser decides."""
+    from spark_images.plan import PatchRef, patch_ref
     from spark_images.resolve import PATCH_LIMIT
 
-    out: list[tuple[Path, list[int]]] = []
-    for path in patches:
-        text = inputs.read_text(path, what="patch", limit=PATCH_LIMIT)
-        out.append((Path(path), declared_prs(text)))
-    return out
-
-
-def read_profile(path: Path) -> tuple[str, tuple[int, ...], tuple[Path, ...]]:
-    """(vllm.commit, verify.required_fixes, patch paths) of a profile."""
-    if not path.is_file():
-        raise UsageError(problem(f"{path}: no such profile"))
-    from spark_images.profiles import load_profile
-
-    profile = load_profile(path)
-    commit = profile.vllm.commit
-    required = tuple(int(n) for n in profile.verify.required_fixes)
-    patches = tuple(resolve_patch_path(path, p) for p in profile.patches)
-    return commit, required, patches
-
-
-def resolve_patch_path(profile: Path, patch: str) -> Path:
-    """The build's own resolution (`resolve.inside_project`): relative to the project
-    root (the profile's parent's parent) and never outside it, so `audit PROFILE`
-    reads exactly the patch the build applies."""
-    from spark_images.resolve import base_dir_of, inside_project
-
-    root = base_dir_of(profile)
-    real = inside_project(root, patch)
-    if real is None:
-        raise UsageError(problem(f"{profile}: patches: {patch} resolves outside the project {root}"))
-    if not real.is_file():
-        raise UsageError(problem(f"{profile}: patches: {patch} not found (looked under {root})"))
-    return real
+    out: list[PatchRef] = []
+    for patch in patches:
+        if isinstance(patch, PatchRef):
+            out.append(patch)
+        else:
+            out.append(patch_ref(str(patch), inputs.read_text(patch, what="patch", limit=PATCH_LIMIT)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

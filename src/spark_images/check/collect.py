@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,53 +79,15 @@ def _docker_config(name: str) -> tuple[ImageConfig, str | None]:
     return parse_config(doc), local.id
 
 
-def _oci_archive_config(path: Path) -> tuple[ImageConfig, str | None] | None:
-    """Config of an OCI image layout tarball (index.json -> manifest -> config), or None if not one."""
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            def blob(name: str) -> Any:
-                member = tar.getmember(name)
-                if member.size > 8 << 20:
-                    raise UsageError(f"{path}: {name} is implausibly large for JSON")
-                handle = tar.extractfile(member)
-                return json.loads(handle.read()) if handle else None
-
-            names = set(tar.getnames())
-            if "index.json" not in names:
-                return None
-            doc = blob("index.json")
-            digest = None
-            for _ in range(3):  # index -> (nested index) -> manifest
-                manifests = doc.get("manifests") if isinstance(doc, dict) else None
-                if not manifests:
-                    break
-                from spark_images.registry.client import pick_platform
-
-                chosen = pick_platform(doc) or manifests[0]
-                digest = str(chosen.get("digest", ""))
-                doc = blob("blobs/" + digest.replace(":", "/"))
-            config = doc.get("config", {}).get("digest") if isinstance(doc, dict) else None
-            if not config:
-                raise UsageError(f"{path}: the OCI layout has no image manifest with a config")
-            return parse_config(blob("blobs/" + str(config).replace(":", "/"))), digest
-    except (tarfile.TarError, KeyError, ValueError, AttributeError, OSError) as exc:
-        if isinstance(exc, OSError) and not isinstance(exc, tarfile.TarError):
-            raise
-        raise UsageError(f"{path}: not a readable OCI archive ({exc.__class__.__name__}: {exc})") from exc
-
-
 def read_config(target: str, kind: str) -> tuple[ImageConfig | None, str | None]:
     """(config, digest) of an image target; (None, None) for wheels and directories."""
     if kind == artifacts.KIND_REGISTRY:
         return _registry_config(target)
     if kind == artifacts.KIND_DOCKER:
         return _docker_config(target[len("docker://") :])
-    if kind == getattr(artifacts, "KIND_OCI_ARCHIVE", None):
-        found = _oci_archive_config(Path(target))
-        if found is None:
-            raise UsageError(f"{target}: an image archive without index.json (fix: write it with "
-                             "`docker buildx build --output type=oci,dest=FILE` or `docker save`)")  # fmt: skip
-        return found[0], artifacts.image_digest(target) or found[1]
+    if kind == artifacts.KIND_OCI_ARCHIVE:
+        doc, digest = artifacts.archive_config(target)
+        return parse_config(doc), digest
     return None, None
 
 

@@ -219,6 +219,8 @@ class Collector:
             return True
         if path.endswith("/version.json"):
             return bool(_VERSION_JSON.search(path))
+        if "ptxas" not in path and "nvcc" not in path:  # most paths: no regex needed
+            return False
         return bool(_TOOL.search(path) or _TRITON_PTXAS.search(path))
 
     def add(self, path: str, data: bytes) -> None:

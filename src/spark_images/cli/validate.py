@@ -33,12 +33,7 @@ def _audit(resolved: Any, repo: Path | None) -> dict[str, Any]:
     from spark_images import audit
 
     try:
-        report = audit.check_required(
-            plan.vllm_commit,
-            plan.required_fixes,
-            [resolved.base_dir / p.path for p in plan.patches],
-            repo,
-        )
+        report = audit.check_required(plan.vllm_commit, plan.required_fixes, plan.patches, repo)
     except EnvironmentProblem as exc:  # no history here: the stage did not run
         return {"status": "skipped", "reason": "; ".join(exc.lines())}
     missing = [fix.pr for fix in report.missing_required]

@@ -2,12 +2,15 @@
 
 Pure cores: `probes` (known-answer questions and checkers), `scoring`
 (degeneracy metrics), `signatures` (log lines, backends), `speed`, `compare`,
-`verdict`. Edges: `client` (HTTP), `gpu` (nvidia-smi), `runner`
-(orchestration; containers through `spark_images.engine.containers`).
+`verdict`, `judge`. Edges: `client` (HTTP), `gpu` (nvidia-smi), `checks` (the checks
+on a running server), `container` (one combination served in a container,
+through `spark_images.engine.containers`), `runner` (the gate: every
+combination, the A/B, the record section).
 """
 
 from __future__ import annotations
 
-from spark_images.coherence.runner import GateOptions, gate_endpoint, gate_image
+from spark_images.coherence.checks import GateOptions
+from spark_images.coherence.runner import gate_endpoint, gate_image
 
 __all__ = ["GateOptions", "gate_endpoint", "gate_image"]

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import accumulate, count
+from operator import add
+from typing import NamedTuple
 
 ELF_MAGIC = b"\x7fELF"
 EM_CUDA = 190
@@ -20,8 +23,9 @@ class ElfError(ValueError):
     """The bytes are not a readable ELF64 little-endian file."""
 
 
-@dataclass(frozen=True)
-class Section:
+class Section(NamedTuple):
+    # a tuple, not a frozen dataclass: a flashinfer-cubin wheel has ~13k cubins of dozens of
+    # sections each, and a frozen dataclass's __init__ was a tenth of a whole image check
     name: str
     type: int
     offset: int
@@ -95,15 +99,25 @@ def sections(data: bytes | memoryview, header: ElfHeader | None = None) -> list[
     if str_off + str_size > len(data):
         raise ElfError("section name table lies past the end of the file")
     strtab = bytes(data[str_off : str_off + str_size])
-    out: list[Section] = []
-    for name_off, sh_type, offset, size in raw:
-        if name_off and name_off >= len(strtab):
-            # a name pointing outside the table: the table cannot be trusted to find anything
-            raise ElfError(f"section name offset {name_off} is outside the {len(strtab)}-byte name table")
-        end_name = strtab.find(b"\0", name_off)
-        name = strtab[name_off : end_name if end_name >= 0 else None].decode("utf-8", "replace")
-        out.append(Section(name=name, type=sh_type, offset=offset, size=size))
-    return out
+    limit = len(strtab)
+    worst = max(r[0] for r in raw) if raw else 0
+    if worst and worst >= limit:
+        # a name pointing outside the table: the table cannot be trusted to find anything
+        raise ElfError(f"section name offset {worst} is outside the {limit}-byte name table")
+    # every name that starts a string of the table, found in one split; an offset into the
+    # middle of a string (a shared suffix: ".text.k" inside ".rela.text.k") is cut out on demand
+    parts = strtab.split(b"\0")
+    offsets = map(add, accumulate(map(len, parts), initial=0), count())  # string i starts at len(0..i-1) + i
+    starts = dict(zip(offsets, parts, strict=False))  # offsets has one more: the end of the table
+    return [
+        Section((starts[off] if off in starts else _name_inside(strtab, off)).decode("utf-8", "replace"), kind, at, size)
+        for off, kind, at, size in raw
+    ]
+
+
+def _name_inside(strtab: bytes, offset: int) -> bytes:
+    end = strtab.find(b"\0", offset)
+    return strtab[offset : end if end >= 0 else None]
 
 
 SHT_NOBITS = 8

@@ -2,7 +2,8 @@
 
 - `common`: the `Member` record, progress, size caps and spooling to temporary files;
 - `files`: directories, single files, wheels (zip) and NAME==VERSION requirements;
-- `layers`: one image layer reader (stdlib `tarfile` streaming over gzip/zstd) and
+- `streams`: chunk streams, forward-only seeking and gzip/zstd inflation under a layer;
+- `layers`: one image layer reader (stdlib `tarfile` over those streams) and
   the whiteout overlay that merges layers into the file system a container sees;
 - `images`: where layers come from: an OCI or docker-save archive on disk, the
   engine (`docker save` into such an archive), or a registry.

@@ -21,7 +21,8 @@ from typing import Any
 
 from spark_images.errors import UsageError
 from spark_images.readers.common import READ_CHUNK, Member, Progress, Want
-from spark_images.readers.layers import Opener, read_layers, verified
+from spark_images.readers.layers import read_layers
+from spark_images.readers.streams import Opener, verified
 
 # index.json, manifests and manifest.json are a few KiB; anything far larger is not one
 MAX_JSON = 4 << 20
@@ -53,6 +54,9 @@ class ImageArchive:
         except (tarfile.TarError, OSError, ValueError, EOFError) as exc:
             raise UsageError(f"{self.where}: not a readable image archive ({exc})") from exc
 
+    _config_name: str = ""  # set by image(): the config blob's member name
+    _config_digest: str = ""
+
     def _read(self, name: str) -> bytes:
         member = self.members.get(name)
         if member is None:
@@ -78,7 +82,7 @@ class ImageArchive:
         return f"blobs/{algo}/{hexd}"
 
     def _pick(self, index: Any, name: str) -> dict[str, Any]:
-        from spark_images.registry.client import _is_attestation, index_problems, pick_platform
+        from spark_images.registry.manifests import index_problems, is_attestation, pick_platform
 
         if not isinstance(index, dict):
             raise UsageError(f"{self.where}: {name} is not a JSON object")
@@ -88,7 +92,7 @@ class ImageArchive:
         chosen = pick_platform(index)
         if chosen is not None:
             return chosen
-        images = [d for d in index["manifests"] if not _is_attestation(d)]
+        images = [d for d in index["manifests"] if not is_attestation(d)]
         if any(isinstance(d.get("platform"), dict) for d in images) or len(images) != 1:
             raise UsageError(f"{self.where}: {name} has no single linux/arm64 image ({len(images)} listed)")
         return images[0]
@@ -113,6 +117,10 @@ class ImageArchive:
                 continue
             if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
                 raise UsageError(f"{self.where}: {name} is neither an image index nor an image manifest")
+            config = doc.get("config")
+            cdigest = config.get("digest") if isinstance(config, dict) else None
+            if isinstance(cdigest, str) and ":" in cdigest:
+                self._config_name, self._config_digest = self._blob_name(cdigest), cdigest
             layers = []
             for n, layer in enumerate(doc["layers"]):
                 ldigest = layer.get("digest") if isinstance(layer, dict) else None
@@ -122,10 +130,25 @@ class ImageArchive:
             return str(digest), layers
         raise UsageError(f"{self.where}: image indexes nested more than {_MAX_NESTING} deep")
 
+    def config(self) -> dict[str, Any]:
+        """The image config (env, entrypoint, labels, history), digest-checked where the
+        archive names its digest; both archive formats."""
+        self.image()
+        if not self._config_name:
+            raise UsageError(f"{self.where}: the image manifest names no config")
+        doc = self._json(self._config_name, self._config_digest)
+        if not isinstance(doc, dict):
+            raise UsageError(f"{self.where}: the image config {self._config_name} is not a JSON object")
+        return doc
+
     def _docker_layers(self) -> list[tuple[str, str]]:
         manifest = self._json("manifest.json")
         if not isinstance(manifest, list) or not manifest or not isinstance(manifest[0], dict):
             raise UsageError(f"{self.where}: manifest.json has no image")
+        config = manifest[0].get("Config")
+        if isinstance(config, str) and config:
+            self._config_name = _norm(config)
+            self._config_digest = _digest_from_name(self._config_name)
         out = []
         for layer_name in manifest[0].get("Layers") or []:
             name = _norm(str(layer_name))

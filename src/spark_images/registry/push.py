@@ -26,13 +26,8 @@ import requests
 
 from spark_images.errors import EnvironmentProblem, UsageError
 from spark_images.registry import http
-from spark_images.registry.client import (
-    INDEX_TYPES,
-    MANIFEST_TYPES,
-    RegistryClient,
-    RegistryError,
-    is_loopback,
-)
+from spark_images.registry.client import RegistryClient, is_loopback
+from spark_images.registry.manifests import INDEX_TYPES, MANIFEST_TYPES, RegistryError
 from spark_images.registry.reference import ImageReference
 
 UPLOAD_TRIES = 3
