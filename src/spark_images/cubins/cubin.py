@@ -33,6 +33,10 @@ class CubinInfo:
         return f"sm_{self.sm}{self.variant}"
 
 
+# the sections a verdict reads: kernels (.text.NAME), the producing tool, the 'a' attribute
+_WANTED_SECTIONS = re.compile(rb"(\.(?:text\.[^\0]*|note\.nv\.tkinfo(?![^\0])|nv\.compat(?![^\0])))")
+
+
 def _cuda_variant(data: bytes | memoryview, hdr: elf.ElfHeader, secs: list[elf.Section]) -> str:
     if hdr.abi_version == 7:
         return "a" if hdr.flags & 0x800 else ""
@@ -76,7 +80,7 @@ def cubin_info(data: bytes | memoryview | mmap.mmap) -> CubinInfo:
     hdr = elf.read_header(data)
     if hdr.machine != elf.EM_CUDA:
         raise elf.ElfError(f"ELF machine {hdr.machine} is not EM_CUDA (190)")
-    secs = elf.sections(data, hdr)
+    secs = elf.sections(data, hdr, _WANTED_SECTIONS)
     if hdr.abi_version == 7:
         sm = hdr.flags & 0xFF
     elif hdr.abi_version == 8:

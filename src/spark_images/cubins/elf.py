@@ -8,6 +8,7 @@ or lying file raises `ElfError`, never IndexError or a silent wrong answer.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 from itertools import accumulate, count
@@ -69,8 +70,18 @@ def read_header(data: bytes | memoryview) -> ElfHeader:
     )
 
 
-def sections(data: bytes | memoryview, header: ElfHeader | None = None) -> list[Section]:
-    """All sections with names; [] when the section header table is stripped."""
+def sections(
+    data: bytes | memoryview, header: ElfHeader | None = None, names: re.Pattern[bytes] | None = None
+) -> list[Section]:
+    """All sections with names; [] when the section header table is stripped.
+
+    `names`: keep only the sections whose whole name is group 1 of a match. One
+    pass of the pattern over the name table finds where each wanted name starts
+    (inside a shared suffix too: ".text.k" in ".rela.text.k"), so no other name
+    is decoded: a cubin has dozens of sections and a flashinfer wheel 13k cubins,
+    and the inspector needs three kinds. Matches do not overlap, so the pattern
+    must be one whose names cannot start inside each other.
+    """
     hdr = header or read_header(data)
     if hdr.shoff == 0 or hdr.shnum == 0:
         return []
@@ -104,6 +115,9 @@ def sections(data: bytes | memoryview, header: ElfHeader | None = None) -> list[
     if worst and worst >= limit:
         # a name pointing outside the table: the table cannot be trusted to find anything
         raise ElfError(f"section name offset {worst} is outside the {limit}-byte name table")
+    if names is not None:
+        found = {m.start(): m.group(1) for m in names.finditer(strtab)}
+        return [Section(found[off].decode("utf-8", "replace"), kind, at, size) for off, kind, at, size in raw if off in found]
     # every name that starts a string of the table, found in one split; an offset into the
     # middle of a string (a shared suffix: ".text.k" inside ".rela.text.k") is cut out on demand
     parts = strtab.split(b"\0")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import mmap
+import operator
+import struct
 import tarfile
 import zlib
 from collections.abc import Iterator
@@ -46,14 +48,55 @@ KEEP_MAPPED = 1 << 30
 _EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
 
 
+# a ustar / GNU header up to its prefix field: name mode uid gid size mtime chksum type
+# linkname magic+version uname gname devmajor devminor prefix
+_HEADER = struct.Struct("100s8s8s8s12s12s8sc100s8s32s32s8s8s155s")
+_NUMBERS = operator.itemgetter(1, 2, 3, 4, 5, 6, 12, 13)  # mode uid gid size mtime chksum devmajor devminor
+_TEXTS = operator.itemgetter(0, 8, 10, 11, 14)  # name linkname uname gname prefix
+
+
 class _TarInfo(tarfile.TarInfo):
-    """tarfile's own header parser with two guards a hostile layer needs.
+    """tarfile's own header parser with two guards a hostile layer needs, and a fast path.
 
     In stream mode tarfile ends the archive silently at a corrupt header after
     the first one; that would drop the rest of a layer without a word, so such
     a header raises here. Extended headers are read whole into memory by
     tarfile, so their size is capped first.
+
+    `frombuf` reads the common header (octal numbers, the unsigned checksum,
+    no GNU sparse map) with one struct unpack instead of tarfile's thirteen
+    field calls: an image has tens of thousands of headers, and they were a
+    third of a scan's parsing thread. Anything else (base-256 numbers, a
+    signed or bad checksum, an end block, sparse files) goes to tarfile's own
+    `frombuf`, which decides and raises; a test holds the two equal on real
+    and odd headers.
     """
+
+    @classmethod
+    def frombuf(cls, buf: bytes, encoding: str, errors: str) -> tarfile.TarInfo:
+        if len(buf) != tarfile.BLOCKSIZE or buf[156:157] == tarfile.GNUTYPE_SPARSE:
+            return super().frombuf(buf, encoding, errors)  # type: ignore[misc]
+        fields = _HEADER.unpack_from(buf)
+        try:
+            # octal as tarfile's `nti` reads it; a base-256 field (0x80 / 0xff first) fails here too
+            numbers = [int(f.split(b"\0", 1)[0].strip() or b"0", 8) for f in _NUMBERS(fields)]
+        except ValueError:
+            return super().frombuf(buf, encoding, errors)  # type: ignore[misc]
+        if numbers[5] != 256 + sum(buf) - sum(buf[148:156]):  # only the unsigned checksum here
+            return super().frombuf(buf, encoding, errors)  # type: ignore[misc]
+        obj = cls()
+        obj.mode, obj.uid, obj.gid, obj.size, obj.mtime, obj.chksum, obj.devmajor, obj.devminor = numbers  # type: ignore[assignment]
+        obj.name, obj.linkname, obj.uname, obj.gname, prefix = [
+            f.split(b"\0", 1)[0].decode(encoding, errors) for f in _TEXTS(fields)
+        ]
+        obj.type = fields[7]
+        if obj.type == tarfile.AREGTYPE and obj.name.endswith("/"):  # a V7 directory
+            obj.type = tarfile.DIRTYPE
+        if obj.isdir():
+            obj.name = obj.name.rstrip("/")
+        if prefix and obj.type not in tarfile.GNU_TYPES:  # a ustar long name
+            obj.name = prefix + "/" + obj.name
+        return obj
 
     @classmethod
     def fromtarfile(cls, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
