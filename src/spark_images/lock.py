@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict
 
-from spark_images import atomic, inputs, profiles
+from spark_images import atomic, inputs, profile_values
 from spark_images.errors import Finding, Problem, UsageError
 from spark_images.registry.reference import is_digest  # the one digest grammar: a full match
 
@@ -88,7 +88,7 @@ class LockDocument(TypedDict):
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = "images.lock.json"
-HEX40 = profiles.HEX40  # one pattern for a full commit, where profiles pin it; always .fullmatch
+HEX40 = profile_values.HEX40  # one pattern for a full commit, where profiles pin it; always .fullmatch
 
 REQUIRED_STR = (
     "profile",

@@ -5,51 +5,45 @@ Schema errors (unknown keys with "did you mean", wrong types, missing fields)
 come from `schema.py`; the toolchain rules (arch lists, known-bad pins, ...)
 are applied by `toolchain.check_profile` on the parsed Profile.
 
-Every string is checked for what it is, with full matches (a trailing newline
-never passes): versions (PEP 440 for Python packages), image references in the
-one grammar of `registry/reference.py`, URLs parsed by urllib (https or file,
-no whitespace, quotes, `$` or backticks), Debian package names, environment
-names and string-only values, paths that stay inside the project. Rendering
+Every string is checked for what it is, with full matches, by the grammars
+of `profile_values.py` (versions, image references, URLs, Debian package
+names, environment names, paths that stay inside the project). Rendering
 quotes each value again for where it lands; these checks keep the Dockerfile
 readable and refuse what no quoting should have to carry.
 """
 
 from __future__ import annotations
 
-import re
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
 from spark_images import inputs
 from spark_images.errors import Finding, Problem, SparkImagesError, UsageError
-from spark_images.registry.reference import ImageReference, names_registry
-from spark_images.schema import Field, json_schema, show, validate
-
-# Every pattern is used with re.fullmatch (a trailing newline never passes).
-HEX40 = re.compile(r"[0-9a-f]{40}\Z")  # \Z: callers that use .match() get a full match too
-SHA256 = re.compile(r"[0-9a-f]{64}")
-VERSION = re.compile(r"\d+(\.\d+)*([a-z0-9.+-]*)")
-PYTHON_VERSION = re.compile(r"3\.\d{1,2}")
-NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
-DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")  # Debian policy 5.6.1
-ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# one path component: letters, digits and . _ + - (no quoting needed anywhere)
-_PART = r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*|\.[A-Za-z0-9_+-][A-Za-z0-9._+-]*"
-RELATIVE_PATH = re.compile(rf"(?:{_PART})(?:/(?:{_PART}))*")
-ABSOLUTE_PATH = re.compile(rf"(?:/(?:{_PART}))+/?")
-GLOB = re.compile(r"[A-Za-z0-9._+*?\[\]-]+(?:/[A-Za-z0-9._+*?\[\]-]+)*")
-MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?")  # ORG/NAME as the Hub spells it
-BACKEND = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-ARCH_LIST = re.compile(r"[A-Za-z0-9.+]+(?:[; ]+[A-Za-z0-9.+]+)*")  # tokens are judged by the toolchain rules
-# RFC 3986 characters, less quotes and `$` (a URL never needs them; percent-encode)
-URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!&()*+,;=%]+")
-ONE_LINE = re.compile(r"[^\x00-\x1f\x7f]*")  # printable text, no newline or control character
-STRATEGIES = ("source", "wheel")
-URL_SCHEMES = ("https", "file")
+from spark_images.profile_values import (
+    ABSOLUTE_PATH,
+    ARCH_LIST,
+    BACKEND,
+    DEBIAN_PACKAGE,
+    ENV_KEY,
+    GLOB,
+    MODEL,
+    NAME,
+    ONE_LINE,
+    PYTHON_VERSION,
+    SHA256,
+    STRATEGIES,
+    VERSION,
+    base_image_problem,
+    between,
+    matching,
+    pep440_problem,
+    project_path_problem,
+    relative_path,
+    repository_problem,
+    url_check,
+)
+from spark_images.schema import Field, json_schema, validate
 
 # The one place each default lives (the JSON Schema shows them too).
 DEFAULT_VLLM_REPOSITORY = "https://github.com/vllm-project/vllm.git"
@@ -61,110 +55,26 @@ PROFILE_LIMIT = 1024 * 1024  # bytes of a profile file; ours are ~3 KB
 SCHEMA_ID = "https://github.com/spark-images/spark-images/profile.schema.json"
 
 
-def _is(regex: re.Pattern[str], what: str, **kw: Any) -> Field:
-    """A string field that must fully match `regex`."""
-    return Field(str, pattern=regex.pattern, what=what, **kw)
-
-
-def _between(minimum: int, maximum: int) -> Any:
-    def check(value: Any) -> str | None:
-        if value < minimum:
-            return f"{value} must be at least {minimum}"
-        return f"{value} must be at most {maximum}" if value > maximum else None
-
-    check.minimum, check.maximum = minimum, maximum  # type: ignore[attr-defined]
-    return check
-
-
-def _pep440(value: Any) -> str | None:
-    """Python package versions must also be PEP 440 (pip compares them that way)."""
-    try:
-        Version(value)
-    except InvalidVersion:
-        return f"{show(value)} is not a PEP 440 version"
-    return None
-
-
-def url_problem(value: str) -> str | None:
-    """Why VALUE is not an https or file URL we will put in a Dockerfile, or None."""
-    if URL_CHARS.fullmatch(value) is None:
-        return f"{show(value)} is not a URL: it holds whitespace, quotes, $, backticks or other characters a URL never needs (percent-encode them)"
-    try:
-        parts = urllib.parse.urlsplit(value)
-        _ = parts.port  # a port that is not a number raises
-    except ValueError as exc:
-        return f"{show(value)} is not a URL ({exc})"
-    if parts.scheme not in URL_SCHEMES:
-        return f"{show(value)} is not an https or file URL"
-    if parts.scheme == "https" and not parts.hostname:
-        return f"{show(value)} is not an https URL with a host"
-    if parts.scheme == "file" and (parts.netloc not in ("", "localhost") or not parts.path.startswith("/")):
-        return f"{show(value)} is not a file URL (file:///ABSOLUTE/PATH)"
-    return None
-
-
-def _url(value: Any) -> str | None:
-    return url_problem(value)
-
-
-def base_image_reference(text: str) -> ImageReference | None:
-    """The base image as a reference; a name without a registry host means Docker Hub,
-    as it does to FROM (`nvidia/cuda:...` is `docker.io/nvidia/cuda:...`)."""
-    return ImageReference.parse_or_none(text if names_registry(text) else f"docker.io/{text}")
-
-
-def _base_image(value: Any) -> str | None:
-    if base_image_reference(value) is None:
-        why = ImageReference.problem(value if names_registry(value) else f"docker.io/{value}")
-        return f"{show(value)} is not an image reference ({why})"
-    return None
-
-
-def _repository(value: Any) -> str | None:
-    if not names_registry(value):  # parse_or_none alone takes `owner/name` as host/path
-        return f"{show(value)} is not an image repository (it does not start with a registry host, e.g. ghcr.io/OWNER/NAME)"
-    why = ImageReference.problem(value)
-    if why is not None:
-        return f"{show(value)} is not an image repository ({why})"
-    ref = ImageReference.parse_or_none(value)
-    if ref is not None and (ref.tag or ref.digest):
-        return f"{show(value)} names a tag or digest; give the repository only (tags are set by publish)"
-    return None
-
-
-def _project_path(value: Any) -> str | None:
-    """Paths in a profile are relative to the project and stay inside it."""
-    if value.startswith("/"):
-        return f"{show(value)} is an absolute path; name it relative to the folder that holds profiles/"
-    if ".." in value.split("/"):
-        return f"{show(value)} leaves the project (..); name a file inside it"
-    return None
-
-
-def _relative(what: str, **kw: Any) -> Field:
-    return Field(str, pattern=RELATIVE_PATH.pattern, what=what, check=_project_path, **kw)
-
-
-_VERSION = _is(VERSION, "a version")
-_PY_VERSION = Field(str, pattern=VERSION.pattern, what="a version", check=_pep440)
+_VERSION = matching(VERSION, "a version")
+_PY_VERSION = Field(str, pattern=VERSION.pattern, what="a version", check=pep440_problem)
 _ONE_LINE = Field(str, pattern=ONE_LINE.pattern, what="one line of text")
 
 SPEC: dict[str, Field] = {
-    "name": _is(NAME, "a lower-case name", doc="the profile's name, e.g. cu130", max_length=64),
+    "name": matching(NAME, "a lower-case name", doc="the profile's name, e.g. cu130", max_length=64),
     "description": Field(str, required=False, pattern=ONE_LINE.pattern, what="one line of text", max_length=1000),
     "vllm": Field(
         dict,
         children={
-            "version": Field(str, doc="the vLLM release, e.g. \"0.29.0\"", pattern=VERSION.pattern, what="a version", check=_pep440),
+            "version": Field(str, doc="the vLLM release, e.g. \"0.29.0\"", pattern=VERSION.pattern, what="a version", check=pep440_problem),
             "commit": Field(str, doc="the full 40-hex commit of that release"),
-            "repository": Field(str, required=False, check=_url, max_length=2048, default=DEFAULT_VLLM_REPOSITORY),
+            "repository": Field(str, required=False, check=url_check, max_length=2048, default=DEFAULT_VLLM_REPOSITORY),
         },
     ),
     "cuda": Field(
         dict,
         children={
             "version": Field(str, doc="the CUDA toolkit version, e.g. \"13.0.2\"", pattern=VERSION.pattern, what="a version"),
-            "base_image": Field(str, doc="the devel base image, NAME:TAG@sha256:DIGEST", check=_base_image),
+            "base_image": Field(str, doc="the devel base image, NAME:TAG@sha256:DIGEST", check=base_image_problem),
             "arch_list": Field(str, required=False, nullable=True, doc="override TORCH_CUDA_ARCH_LIST only if you must",
                                pattern=ARCH_LIST.pattern, what="an arch list (entries like 12.0f or 12.1a, separated by ';' or spaces)"),
             "home": Field(str, required=False, doc="CUDA_HOME in the image (default /usr/local/cuda)",
@@ -177,21 +87,21 @@ SPEC: dict[str, Field] = {
         dict,
         children={
             "version": _PY_VERSION,
-            "index_url": Field(str, doc="the PyTorch index of the CUDA line, e.g. https://download.pytorch.org/whl/cu130", check=_url, max_length=2048),
+            "index_url": Field(str, doc="the PyTorch index of the CUDA line, e.g. https://download.pytorch.org/whl/cu130", check=url_check, max_length=2048),
         },
     ),
     "flashinfer": Field(
         dict,
         children={
-            "python": Field(str, doc="flashinfer-python version", pattern=VERSION.pattern, what="a version", check=_pep440),
+            "python": Field(str, doc="flashinfer-python version", pattern=VERSION.pattern, what="a version", check=pep440_problem),
             "cubin": Field(str, nullable=True, doc="flashinfer-cubin version (same as python) or null", pattern=VERSION.pattern,
-                           what="a version", check=_pep440),
-            "index_url": Field(str, required=False, nullable=True, check=_url, max_length=2048),
+                           what="a version", check=pep440_problem),
+            "index_url": Field(str, required=False, nullable=True, check=url_check, max_length=2048),
         },
     ),
     "cutlass_dsl": Field(
         dict,
-        children={"version": Field(str, doc="nvidia-cutlass-dsl version", pattern=VERSION.pattern, what="a version", check=_pep440)},
+        children={"version": Field(str, doc="nvidia-cutlass-dsl version", pattern=VERSION.pattern, what="a version", check=pep440_problem)},
     ),
     "build": Field(
         dict,
@@ -202,28 +112,28 @@ SPEC: dict[str, Field] = {
                 required=False,
                 nullable=True,
                 children={
-                    "url": Field(str, check=_url, max_length=2048),
+                    "url": Field(str, check=url_check, max_length=2048),
                     "sha256": Field(str, doc="64 lower-case hex digits", pattern=SHA256.pattern, what="a sha256 (64 hex)"),
                 },
             ),
-            "max_jobs": Field(int, check=_between(1, 1024)),
-            "nvcc_threads": Field(int, check=_between(1, 1024)),
-            "requirements_lock": _relative("a relative path (letters, digits, . _ + - and /)", required=False, nullable=True,
+            "max_jobs": Field(int, check=between(1, 1024)),
+            "nvcc_threads": Field(int, check=between(1, 1024)),
+            "requirements_lock": relative_path("a relative path (letters, digits, . _ + - and /)", required=False, nullable=True,
                                            doc="hash-pinned requirements file, relative to the folder that holds profiles/"),
-            "source_date_epoch": Field(int, required=False, nullable=True, check=_between(1, 253402300799),
+            "source_date_epoch": Field(int, required=False, nullable=True, check=between(1, 253402300799),
                                        doc="seconds since 1970 for every timestamp in the image (default: the vLLM commit time)"),
             "system_packages": Field(list, required=False, nullable=True,
-                                     items=_is(DEBIAN_PACKAGE, "a Debian package name ([a-z0-9][a-z0-9+.-]+)", max_length=128)),
+                                     items=matching(DEBIAN_PACKAGE, "a Debian package name ([a-z0-9][a-z0-9+.-]+)", max_length=128)),
         },
     ),
-    "patches": Field(list, required=False, items=_relative("a relative path (letters, digits, . _ + - and /)",
+    "patches": Field(list, required=False, items=relative_path("a relative path (letters, digits, . _ + - and /)",
                                                            doc="a patch file, relative to the folder that holds profiles/")),
     "serve": Field(
         dict,
         required=False,
         children={
             "env": Field(dict, required=False,
-                         keys=_is(ENV_KEY, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"),
+                         keys=matching(ENV_KEY, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"),
                          values=Field(str, pattern=ONE_LINE.pattern, what="one line of text", max_length=4096,
                                       doc='quote values that YAML would read otherwise, e.g. "true", "8000", ""')),
             "args": Field(list, required=False, items=Field(str, pattern=ONE_LINE.pattern, what="one line of text", max_length=4096)),
@@ -232,18 +142,18 @@ SPEC: dict[str, Field] = {
     "verify": Field(
         dict,
         children={
-            "required_fixes": Field(list, items=Field(int, check=_between(1, 10**8)), doc="vLLM PR numbers"),
-            "native_libraries": Field(list, items=Field(str, pattern=GLOB.pattern, what="a glob under site-packages", check=_project_path),
+            "required_fixes": Field(list, items=Field(int, check=between(1, 10**8)), doc="vLLM PR numbers"),
+            "native_libraries": Field(list, items=Field(str, pattern=GLOB.pattern, what="a glob under site-packages", check=project_path_problem),
                                       doc="globs under site-packages, e.g. vllm/_C*.so"),
             "coherence": Field(
                 dict,
                 required=False,
                 children={
-                    "models": Field(list, items=_is(MODEL, "a model id (ORG/NAME)")),
-                    "moe_backends": Field(list, required=False, items=_is(BACKEND, "a backend name"), default=DEFAULT_MOE_BACKENDS),
-                    "linear_backends": Field(list, required=False, items=_is(BACKEND, "a backend name"),
+                    "models": Field(list, items=matching(MODEL, "a model id (ORG/NAME)")),
+                    "moe_backends": Field(list, required=False, items=matching(BACKEND, "a backend name"), default=DEFAULT_MOE_BACKENDS),
+                    "linear_backends": Field(list, required=False, items=matching(BACKEND, "a backend name"),
                                              doc="unset: each MoE backend with the linear backend of the same name"),
-                    "kv_cache_dtypes": Field(list, required=False, items=_is(BACKEND, "a KV-cache dtype"), default=DEFAULT_KV_CACHE_DTYPES),
+                    "kv_cache_dtypes": Field(list, required=False, items=matching(BACKEND, "a KV-cache dtype"), default=DEFAULT_KV_CACHE_DTYPES),
                 },
             ),
         },
@@ -251,8 +161,8 @@ SPEC: dict[str, Field] = {
     "image": Field(
         dict,
         children={
-            "repository": Field(str, doc="where the image is pushed, e.g. ghcr.io/OWNER/spark-vllm", check=_repository),
-            "source": Field(str, doc="URL of this project, for the OCI source label", check=_url, max_length=2048),
+            "repository": Field(str, doc="where the image is pushed, e.g. ghcr.io/OWNER/spark-vllm", check=repository_problem),
+            "source": Field(str, doc="URL of this project, for the OCI source label", check=url_check, max_length=2048),
         },
     ),
 }

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from spark_images.errors import Problem
-from spark_images.profiles import HEX40, Profile, base_image_reference
+from spark_images.profile_values import HEX40, base_image_reference
+from spark_images.profiles import Profile
 
 Severity = Literal["error", "warning"]
 Scope = Literal["profile", "image"]
