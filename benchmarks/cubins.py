@@ -47,7 +47,6 @@ import _timing  # beside this script
 from spark_images import pypi
 from spark_images.cubins import scan_target
 from spark_images.cubins.scan import is_candidate
-from spark_images.readers.common import READER_SWITCH_INTERVAL
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLE_BIN = ROOT / "tests" / "cubins" / "oracle" / "bin"
@@ -172,6 +171,16 @@ def build_image(registry: str, filler_mib: int) -> str:
     return ref
 
 
+def _libraries_context(wheel: Path, ctx: Path) -> Path:
+    """A build context of the wheel's device-code candidates laid into dist-packages, FROM scratch."""
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            if is_candidate(info.filename):
+                zf.extract(info, ctx / "site")
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY site/ /usr/local/lib/python3.12/dist-packages/\n")
+    return ctx
+
+
 def build_vllm_image(registry: str, requirement: str) -> str:
     """An image whose layer holds the real vLLM libraries (hundreds of MiB each)."""
     wheel = pypi.resolve(requirement)
@@ -182,12 +191,7 @@ def build_vllm_image(registry: str, requirement: str) -> str:
         return ref
     path = pypi.download(wheel)
     with tempfile.TemporaryDirectory(prefix="cubins-bench-") as tmp:
-        ctx = Path(tmp)
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                if is_candidate(info.filename):
-                    zf.extract(info, ctx / "site")
-        (ctx / "Dockerfile").write_text("FROM scratch\nCOPY site/ /usr/local/lib/python3.12/dist-packages/\n")
+        ctx = _libraries_context(path, Path(tmp))
         _build_and_push(ctx, ref)
     return ref
 
@@ -222,12 +226,7 @@ def build_vllm_archive(requirement: str) -> Path:
         return dest
     path = pypi.download(wheel)
     with tempfile.TemporaryDirectory(prefix="cubins-bench-") as tmp:
-        ctx = Path(tmp)
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                if is_candidate(info.filename):
-                    zf.extract(info, ctx / "site")
-        (ctx / "Dockerfile").write_text("FROM scratch\nCOPY site/ /usr/local/lib/python3.12/dist-packages/\n")
+        ctx = _libraries_context(path, Path(tmp))
         print(f"building {dest.name} (once) ...", flush=True)
         part = dest.with_suffix(".part")
         subprocess.run(
@@ -277,7 +276,6 @@ def main() -> None:
     parser.add_argument("--skip-registry", action="store_true")
     parser.add_argument("--skip-archive", action="store_true")
     args = parser.parse_args()
-    sys.setswitchinterval(READER_SWITCH_INTERVAL)  # as the CLI does: the reader threads get the GIL back sooner
     if not args.skip_wheel:
         bench_wheel(args.wheel)
     if not args.skip_archive:

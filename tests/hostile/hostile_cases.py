@@ -13,6 +13,7 @@ import io
 import json
 import tarfile
 from collections.abc import Callable
+from typing import Any
 
 from servers import Req, Route
 
@@ -32,6 +33,25 @@ def layer_tar(files: dict[str, bytes]) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def layer_tar_gz(files: dict[str, bytes]) -> bytes:
+    """`layer_tar`, gzipped with no timestamp (a layer blob, or an sdist)."""
+    return gzip.compress(layer_tar(files), mtime=0)
+
+
+def lock_entry(repository: str, digest: str, /, **over: Any) -> dict[str, Any]:
+    """A well-formed candidate lock entry; `over` replaces fields."""
+    doc = {
+        "profile": "profiles/cu130.yaml", "image": f"{repository}@{digest}", "repository": repository,
+        "digest": digest, "vllm_commit": "98dff2a81" + "0" * 31, "vllm_version": "0.29.0",
+        "cuda_version": "13.0.2", "cuda_line": "cu130", "arch_list": "12.0f", "created": "2026-01-02T03:04:05Z",
+        "pins": {}, "fixes_included": [], "tags": [], "state": "candidate",
+        "cubins": {"verdict": "native", "gpu": "sm_121"}, "audit": {"status": "passed"},
+        "coherence": {"status": "skipped", "reason": "no sm_121 GPU (no nvidia-smi)"},
+    }  # fmt: skip
+    doc.update(over)
+    return doc
 
 
 def _redirect_self(req: Req) -> None:

@@ -8,12 +8,9 @@ traceback, bounded time and memory (harness.assert_clean_failure).
 from __future__ import annotations
 
 import contextlib
-import gzip
 import http.server
-import io
 import json
 import subprocess
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from harness import assert_clean_failure, run_cli
+from hostile_cases import layer_tar_gz
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
@@ -189,23 +187,13 @@ def test_hostile_file_entries_are_skipped(history: Path, tmp_path: Path, hostile
     assert result.wall_s < 30 and result.max_rss_mb < 512
 
 
-def _tar_gz(members: dict[str, bytes]) -> bytes:
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return gzip.compress(raw.getvalue())
-
-
 @pytest.mark.parametrize(
     ("sdist", "size", "name"),
     [
-        (_tar_gz({"vllm-0.99.0/setup.py": b""}), None, "has no vllm/_version.py"),
-        (_tar_gz({"vllm-0.99.0/vllm/_version.py": b"#" * (1 << 20)}), None, "vllm/_version.py is 1048576 bytes"),
+        (layer_tar_gz({"vllm-0.99.0/setup.py": b""}), None, "has no vllm/_version.py"),
+        (layer_tar_gz({"vllm-0.99.0/vllm/_version.py": b"#" * (1 << 20)}), None, "vllm/_version.py is 1048576 bytes"),
         (b"\x1f\x8b not really gzip" * 100, None, "cannot read vllm-0.99.0.tar.gz"),
-        (_tar_gz({"vllm-0.99.0/vllm/_version.py": b"__version__ = '0.99.0'\n"}), None, "records no commit"),
+        (layer_tar_gz({"vllm-0.99.0/vllm/_version.py": b"__version__ = '0.99.0'\n"}), None, "records no commit"),
         (None, 2000, "deadline"),
     ],
     ids=["no-version-file", "huge-version-file", "not-gzip", "no-commit", "endless-slow"],

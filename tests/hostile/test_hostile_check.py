@@ -10,10 +10,7 @@ exit 2, a line naming the image or address, no traceback, bounded time/RSS.
 from __future__ import annotations
 
 import gzip
-import hashlib
-import io
 import json
-import tarfile
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,13 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 from harness import assert_clean_failure, run_cli
+from hostile_cases import OCI_MANIFEST, digest_of, layer_tar_gz
 
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 NO_HISTORY = {"SPARK_IMAGES_VLLM_GIT_URL": "file:///nonexistent-vllm-history"}
-
-
-def _digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def _push_blob(registry: str, repo: str, data: bytes) -> dict[str, object]:
@@ -37,10 +30,10 @@ def _push_blob(registry: str, repo: str, data: bytes) -> dict[str, object]:
     if location.startswith("/"):
         location = f"http://{registry}{location}"
     sep = "&" if "?" in location else "?"
-    done = requests.put(f"{location}{sep}digest={_digest(data)}", data=data,
+    done = requests.put(f"{location}{sep}digest={digest_of(data)}", data=data,
                         headers={"Content-Type": "application/octet-stream"}, timeout=60)  # fmt: skip
     assert done.status_code == 201, done.text
-    return {"digest": _digest(data), "size": len(data)}
+    return {"digest": digest_of(data), "size": len(data)}
 
 
 def push_image(registry: str, repo: str, tag: str, config: bytes, layers: list[bytes]) -> str:
@@ -60,16 +53,6 @@ def push_image(registry: str, repo: str, tag: str, config: bytes, layers: list[b
     return f"{registry}/{repo}:{tag}"
 
 
-def _layer(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return gzip.compress(buf.getvalue(), mtime=0)
-
-
 CONFIG = json.dumps({"architecture": "arm64", "os": "linux", "config": {"Env": ["A=1"]},
                      "rootfs": {"type": "layers", "diff_ids": []}}).encode()  # fmt: skip
 METADATA = b"Metadata-Version: 2.1\nName: vllm\nVersion: 0.30.0\n\n"
@@ -77,7 +60,7 @@ METADATA = b"Metadata-Version: 2.1\nName: vllm\nVersion: 0.30.0\n\n"
 
 @pytest.mark.registry
 def test_corrupt_layer_is_a_clean_error(local_registry: str) -> None:
-    good = _layer({"usr/lib/python3/dist-packages/vllm-0.30.0.dist-info/METADATA": METADATA})
+    good = layer_tar_gz({"usr/lib/python3/dist-packages/vllm-0.30.0.dist-info/METADATA": METADATA})
     corrupt = gzip.compress(b"this is not a tar stream " * 200, mtime=0)
     ref = push_image(local_registry, "spark-images-test/check-hostile", "corrupt-layer", CONFIG, [good, corrupt])
     result = run_cli(["check", ref], env=NO_HISTORY)
@@ -90,7 +73,7 @@ def test_corrupt_layer_is_a_clean_error(local_registry: str) -> None:
 
 @pytest.mark.registry
 def test_config_that_is_not_json_is_a_clean_error(local_registry: str) -> None:
-    layer = _layer({"etc/hostname": b"x\n"})
+    layer = layer_tar_gz({"etc/hostname": b"x\n"})
     ref = push_image(local_registry, "spark-images-test/check-hostile", "bad-config", b"\x00not json", [layer])
     result = run_cli(["check", ref], env=NO_HISTORY)
     assert_clean_failure(result, rc=2, names=["spark-images-test/check-hostile"], max_lines=3)
@@ -100,7 +83,7 @@ def test_config_that_is_not_json_is_a_clean_error(local_registry: str) -> None:
 @pytest.mark.registry
 def test_a_small_clean_image_is_checked(local_registry: str) -> None:
     """The same pushing code makes a readable image: the failures above are the layers' fault."""
-    layer = _layer({"usr/lib/python3/dist-packages/vllm-0.30.0.dist-info/METADATA": METADATA})
+    layer = layer_tar_gz({"usr/lib/python3/dist-packages/vllm-0.30.0.dist-info/METADATA": METADATA})
     ref = push_image(local_registry, "spark-images-test/check-hostile", "clean", CONFIG, [layer])
     result = run_cli(["check", ref, "--json"], env=NO_HISTORY)
     assert result.rc == 1, result.stderr
@@ -166,20 +149,20 @@ def test_hostile_registry_is_a_clean_error(liar: tuple[str, dict[str, Route]], c
 def test_blob_with_the_wrong_digest_is_a_clean_error(liar: tuple[str, dict[str, Route]]) -> None:
     host, routes = liar
     config = CONFIG
-    layer = _layer({"etc/hostname": b"x\n"})
+    layer = layer_tar_gz({"etc/hostname": b"x\n"})
     manifest = {
         "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _digest(config), "size": len(config)},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": _digest(layer), "size": len(layer)}],
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest_of(config), "size": len(config)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": digest_of(layer), "size": len(layer)}],
     }  # fmt: skip
     routes["/v2/"] = _answer(200, b"{}")
     routes["/v2/evil/image/manifests/v1"] = _answer(200, json.dumps(manifest).encode(), OCI_MANIFEST)
-    routes[f"/v2/evil/image/blobs/{_digest(config)}"] = _answer(200, config, "application/octet-stream")
+    routes[f"/v2/evil/image/blobs/{digest_of(config)}"] = _answer(200, config, "application/octet-stream")
     tampered = bytearray(layer)
     tampered[-5] ^= 0xFF
-    routes[f"/v2/evil/image/blobs/{_digest(layer)}"] = _answer(200, bytes(tampered), "application/octet-stream")
+    routes[f"/v2/evil/image/blobs/{digest_of(layer)}"] = _answer(200, bytes(tampered), "application/octet-stream")
     result = run_cli(["check", f"{host}/evil/image:v1"], env=NO_HISTORY)
-    assert_clean_failure(result, rc=2, names=[host, "evil/image", _digest(layer)[:19]], max_lines=3)
+    assert_clean_failure(result, rc=2, names=[host, "evil/image", digest_of(layer)[:19]], max_lines=3)
 
 
 def test_missing_local_image_and_bad_gpu_are_usage_errors(tmp_path: object) -> None:

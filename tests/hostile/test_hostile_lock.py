@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from harness import assert_clean_failure, run_cli
+from hostile_cases import lock_entry
 
 PROFILE = str(Path(__file__).resolve().parents[2] / "profiles" / "cu130.yaml")
 REPO = "127.0.0.1:9/spark-vllm"  # nothing listens: no case may get as far as a registry
@@ -27,16 +28,7 @@ WALL_S = 30.0
 
 
 def entry(**over: Any) -> dict[str, Any]:
-    doc = {
-        "profile": "profiles/cu130.yaml", "image": f"{REPO}@{DIGEST}", "repository": REPO,
-        "digest": DIGEST, "vllm_commit": "98dff2a81" + "0" * 31, "vllm_version": "0.29.0",
-        "cuda_version": "13.0.2", "cuda_line": "cu130", "arch_list": "12.0f", "created": "2026-01-02T03:04:05Z",
-        "pins": {}, "fixes_included": [], "tags": [], "state": "candidate",
-        "cubins": {"verdict": "native", "gpu": "sm_121"}, "audit": {"status": "passed"},
-        "coherence": {"status": "skipped", "reason": "no sm_121 GPU (no nvidia-smi)"},
-    }  # fmt: skip
-    doc.update(over)
-    return doc
+    return lock_entry(REPO, DIGEST, **over)
 
 
 def good_lock() -> bytes:

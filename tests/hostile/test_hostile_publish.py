@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from harness import assert_clean_failure, run_cli, tree_digest
-from hostile_cases import BODY_CASES, OCI_MANIFEST, Image, digest_of, token_cases
+from hostile_cases import BODY_CASES, OCI_MANIFEST, Image, digest_of, lock_entry, token_cases
 from servers import Hostile, Req, Route
 
 IMAGE = Image()
@@ -26,17 +26,6 @@ DIGEST = digest_of(IMAGE.manifest)
 NAME = "spark/img"
 WALL_S = 30.0
 COMBOS = [{"model": "org/m", "moe_backend": "auto", "status": "passed", "reasons": [], "warnings": []}]
-
-
-def entry(repository: str) -> dict[str, Any]:
-    return {
-        "profile": "profiles/cu130.yaml", "image": f"{repository}@{DIGEST}", "repository": repository,
-        "digest": DIGEST, "vllm_commit": "98dff2a81" + "0" * 31, "vllm_version": "0.29.0",
-        "cuda_version": "13.0.2", "cuda_line": "cu130", "arch_list": "12.0f", "created": "2026-01-02T03:04:05Z",
-        "pins": {}, "fixes_included": [], "tags": [], "state": "candidate",
-        "cubins": {"verdict": "native", "gpu": "sm_121"}, "audit": {"status": "passed"},
-        "coherence": {"status": "skipped", "reason": "no sm_121 GPU (no nvidia-smi)"},
-    }  # fmt: skip
 
 
 def registry(slot: str, bad: Route | None, bearer: bool = False) -> Route:
@@ -72,7 +61,7 @@ def registry(slot: str, bad: Route | None, bearer: bool = False) -> Route:
 def _setup(tmp_path: Path, host: str) -> tuple[Path, Path, dict[str, str]]:
     lock = tmp_path / "state" / "images.lock.json"
     lock.parent.mkdir()
-    lock.write_text(json.dumps({"lock_version": 1, "images": {"cu130": entry(f"{host}/{NAME}")}}, indent=2))
+    lock.write_text(json.dumps({"lock_version": 1, "images": {"cu130": lock_entry(f"{host}/{NAME}", DIGEST)}}, indent=2))
     record = tmp_path / "coherence.json"
     record.write_text(json.dumps({"status": "passed", "image": f"{host}/{NAME}@{DIGEST}", "gpu": "sm_121",
                                   "combinations": COMBOS}))  # fmt: skip
