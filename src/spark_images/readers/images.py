@@ -56,6 +56,7 @@ class ImageArchive:
 
     _config_name: str = ""  # set by image(): the config blob's member name
     _config_digest: str = ""
+    _image: tuple[str | None, list[tuple[str, str]]] | None = None
 
     def _read(self, name: str) -> bytes:
         member = self.members.get(name)
@@ -98,7 +99,14 @@ class ImageArchive:
         return images[0]
 
     def image(self) -> tuple[str | None, list[tuple[str, str]]]:
-        """(manifest digest or None for docker-save format, [(layer digest, member name)], bottom first)."""
+        """(manifest digest or None for docker-save format, [(layer digest, member name)], bottom first).
+
+        Read once: `config()`, `layers()` and the callers that want the digest share it."""
+        if self._image is None:
+            self._image = self._read_image()
+        return self._image
+
+    def _read_image(self) -> tuple[str | None, list[tuple[str, str]]]:
         if "manifest.json" in self.members:
             return None, self._docker_layers()
         if "index.json" not in self.members:

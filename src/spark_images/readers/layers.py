@@ -217,16 +217,21 @@ def layer_members(
     overlay.hidden_trees |= new_hidden
 
 
+def _data(tar: tarfile.TarFile, stream: ForwardStream, info: tarfile.TarInfo) -> Readable | None:
+    """Where a regular member's bytes are read from: the layer stream itself, at its data
+    (the reader then stops at its size: `framed`), or tarfile's view of a sparse file."""
+    if info.issparse():
+        return tar.extractfile(info)  # tarfile maps the holes; real layers have no sparse files
+    stream.seek(info.offset_data)
+    return stream
+
+
 def _regular(
     tar: tarfile.TarFile, stream: ForwardStream, info: tarfile.TarInfo, name: str, spool_over: int | None
 ) -> Member:
     if info.size > MAX_MEMBER:
         return Member(name, None, exceeds_size(info.size))
-    source: Readable | None = stream
-    if info.issparse():
-        source = tar.extractfile(info)  # tarfile maps the holes; real layers have no sparse files
-    else:
-        stream.seek(info.offset_data)
+    source = _data(tar, stream, info)
     if source is None:
         return Member(name, None, "not a regular file")
     try:
@@ -294,9 +299,7 @@ def layer_entries(digest: str, open_chunks: Opener, where: str) -> Iterator[tupl
 
 def _content_sha256(tar: tarfile.TarFile, stream: ForwardStream, info: tarfile.TarInfo) -> str:
     digest = hashlib.sha256()
-    source: Readable | None = tar.extractfile(info) if info.issparse() else stream
-    if source is stream:
-        stream.seek(info.offset_data)
+    source = _data(tar, stream, info)
     left = info.size
     while left > 0 and source is not None:
         chunk = source.read(min(READ_CHUNK, left))
