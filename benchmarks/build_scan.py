@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spark_images import check, cubins
+from spark_images.readers.common import READER_SWITCH_INTERVAL
 
 GLOBS = ("vllm/_C*.so",)
 
@@ -66,6 +67,7 @@ def timed(fn: Callable[[], object], runs: int) -> float:
 
 
 def main() -> int:
+    sys.setswitchinterval(READER_SWITCH_INTERVAL)  # as the CLI does: the reader threads get the GIL back sooner
     ap = argparse.ArgumentParser()
     ap.add_argument("archive", type=Path)
     ap.add_argument("--ref", help="the same image in a registry, HOST/NAME@sha256:...")

@@ -97,23 +97,3 @@ def test_mapped_members_give_the_same_report(monkeypatch: pytest.MonkeyPatch) ->
     mapped = scan_target(str(ORACLE_BIN), kernels=True).to_json()
     assert mapped == normal
 
-
-def test_read_ahead_shortens_the_switch_interval_only_while_it_runs() -> None:
-    import sys
-
-    from spark_images.readers.common import READER_SWITCH_INTERVAL, run_ahead
-
-    before = sys.getswitchinterval()
-    assert before > READER_SWITCH_INTERVAL  # the interpreter's default, 5 ms
-    seen = []
-    outer = run_ahead(iter(range(3)))
-    for item in outer:
-        inner = run_ahead(iter("ab"))  # nested, as download inside inflation
-        seen.append((item, list(inner), sys.getswitchinterval()))
-    assert [s[2] for s in seen] == [READER_SWITCH_INTERVAL] * 3
-    assert [s[1] for s in seen] == [["a", "b"]] * 3
-    assert sys.getswitchinterval() == before
-    broken = run_ahead(iter([1, 2]))
-    next(broken)
-    broken.close()  # a consumer that stops early restores it too
-    assert sys.getswitchinterval() == before

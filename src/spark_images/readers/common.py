@@ -30,8 +30,8 @@ Data = bytes | mmap.mmap
 READ_CHUNK = 1 << 20
 # download, hashing and inflation run in threads beside the parsing thread; each gives up the
 # GIL inside C and must wait for it back, for up to one switch interval (default 5 ms) while the
-# parser runs Python. A 0.5 ms interval keeps them busy while read-ahead threads run (measured on
-# a 2.3 GB image: 13.5 s -> 11.0 s to read every wanted file, the plain download and gunzip 11.2 s)
+# parser runs Python. A 0.5 ms interval keeps them busy: the CLI sets it (measured on a 2.3 GB
+# image: 13.5 s -> 11.0 s to read every wanted file, the plain download and gunzip being 11.2 s)
 READER_SWITCH_INTERVAL = 0.0005
 # a wanted member above this size is reported unreadable instead of read
 MAX_MEMBER = 4 << 30
@@ -133,33 +133,6 @@ def yield_and_close(member: Member) -> Iterator[Member]:
         close_quietly(member.data)
 
 
-class _SwitchInterval:
-    """READER_SWITCH_INTERVAL while any read-ahead thread runs; the interpreter's own otherwise."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running = 0
-        self._saved = 0.0
-
-    @contextlib.contextmanager
-    def short(self) -> Iterator[None]:
-        with self._lock:
-            if self._running == 0:
-                self._saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(self._saved, READER_SWITCH_INTERVAL))
-            self._running += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running -= 1
-                if self._running == 0:
-                    sys.setswitchinterval(self._saved)
-
-
-_SWITCH = _SwitchInterval()
-
-
 def run_ahead(items: Iterable[T], depth: int = 1, drop: Callable[[T], None] = lambda _item: None) -> Iterator[T]:
     """Produce `items` in a thread, up to `depth` ahead of the consumer.
 
@@ -167,13 +140,7 @@ def run_ahead(items: Iterable[T], depth: int = 1, drop: Callable[[T], None] = la
     next item is made while the consumer parses this one. The bounded queue
     keeps memory at `depth` items; an error in the producer is raised in the
     consumer; closing the consumer stops the producer and `drop`s what it made.
-    While it runs, the switch interval is short (READER_SWITCH_INTERVAL).
     """
-    with _SWITCH.short():
-        yield from _run_ahead(items, depth, drop)
-
-
-def _run_ahead(items: Iterable[T], depth: int, drop: Callable[[T], None]) -> Iterator[T]:
     box: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
