@@ -33,9 +33,9 @@ import requests
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from spark_images import atomic
-from spark_images.errors import EnvironmentProblem, UsageError
-from spark_images.inputs import loads_json
+from spark_images.core import atomic
+from spark_images.core.errors import EnvironmentProblem, UsageError
+from spark_images.core.inputs import loads_json
 from spark_images.registry import http
 
 INDEX_URL = "https://pypi.org/simple"

@@ -14,7 +14,7 @@ from audit_histories import HistoryBuilder, VllmLike, filler_files, git
 
 from spark_images.audit import check_required
 from spark_images.cli import main
-from spark_images.errors import EnvironmentProblem
+from spark_images.core.errors import EnvironmentProblem
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import pytest
 from spark_images.audit.knowledge import load_knowledge, parse_knowledge
 from spark_images.audit.releases import first_release_and_rc, parse_tag, parse_version_file
 from spark_images.audit.targets import classify
-from spark_images.errors import Finding
+from spark_images.core.errors import Finding
 
 # The Spark-relevant PRs named by the upstream facts sheet and section 9 of the
 # guide (the issue asks for every one of them).

@@ -11,7 +11,7 @@ import pytest
 
 from spark_images.audit import Auditor, load_knowledge, open_history
 from spark_images.audit.releases import sdist_commit
-from spark_images.errors import SparkImagesError
+from spark_images.core.errors import SparkImagesError
 
 
 @pytest.mark.history

@@ -15,9 +15,9 @@ from audit_histories import VllmLike, git
 
 from spark_images.audit import check_required
 from spark_images.audit import git_parse as parse
+from spark_images.build.plan import PatchRef
+from spark_images.build.resolve import resolve_profile
 from spark_images.cli import main
-from spark_images.plan import PatchRef
-from spark_images.resolve import resolve_profile
 
 PROJECT = Path(__file__).resolve().parents[2]
 MARLIN = "Backport-Of: vllm-project/vllm#40923\n\ndiff --git a/x b/x\n"

@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 from build_helpers import CLI, DATA
 
-from spark_images import gates, lock
+from spark_images.build import gates
+from spark_images.build.stages import FAILED, PASSED, SKIPPED, Audited, Gated, ScanKey, Scanned
+from spark_images.core.errors import EXIT_FINDING, EXIT_USAGE
 from spark_images.engine import build as engine_build
 from spark_images.engine import failures
-from spark_images.errors import EXIT_FINDING, EXIT_USAGE
-from spark_images.stages import FAILED, PASSED, SKIPPED, Audited, Gated, ScanKey, Scanned
+from spark_images.release import lock
 
 DIGEST = "sha256:" + "ab" * 32
 COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"

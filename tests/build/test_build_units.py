@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from spark_images import lock, pipeline, repro, summary
+from spark_images.build import pipeline, repro, summary
+from spark_images.core.errors import EnvironmentProblem, Finding, UsageError
 from spark_images.engine import build as engine_build
-from spark_images.errors import EnvironmentProblem, Finding, UsageError
 from spark_images.registry import push
+from spark_images.release import lock
 
 DIGEST = "sha256:" + "ab" * 32
 COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"
@@ -308,9 +309,9 @@ def test_summary_names_the_failed_stage_and_why() -> None:
 
 
 def test_requirements_locks_beside_the_profiles(tmp_path: Path) -> None:
-    from spark_images import reqlock
-    from spark_images.errors import Finding
-    from spark_images.resolve import resolve_profile
+    from spark_images.build.resolve import resolve_profile
+    from spark_images.core.errors import Finding
+    from spark_images.profiles import reqlock
 
     root = Path(__file__).resolve().parents[2]
     text = (root / "profiles" / "cu130.requirements.lock").read_text()

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 from build_helpers import CACHE, NVCC_WHEEL, NVCC_WHEEL_SHA256, NVCC_WHEEL_URL, _download
 
-from spark_images import artifacts, toolchain
 from spark_images.check import rules
 from spark_images.check.inventory import Collector, ImageConfig, parse_tool
 from spark_images.check.verdict import decide
+from spark_images.profiles import toolchain
+from spark_images.readers import artifacts
 
 OLD_NVCC = "nvidia-cuda-nvcc-cu12==12.8.93"  # CUDA 12.8: knows sm_120a, not yet sm_121a
 SITE = "opt/venv/lib/python3.12/site-packages"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from spark_images.build.record import BuildRecord
 from spark_images.cli import main
 from spark_images.coherence import gpu
-from spark_images.record import BuildRecord
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from spark_images import artifacts
 from spark_images.cubins import scan_target
+from spark_images.readers import artifacts
 
 ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"
 LIB121 = (ORACLE_BIN / "lib/libsm121a.so").read_bytes()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from spark_images import artifacts
+from spark_images.core.errors import UsageError
 from spark_images.cubins.fatbin import cubin_info
 from spark_images.cubins.scan import is_candidate
-from spark_images.errors import UsageError
+from spark_images.readers import artifacts
 
 ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"
 

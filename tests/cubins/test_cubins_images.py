@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_images import artifacts
 from spark_images.cubins import CubinReport, scan_target
+from spark_images.readers import artifacts
 from spark_images.registry.client import RegistryClient
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.slow]

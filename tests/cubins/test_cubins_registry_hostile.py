@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from spark_images import artifacts
-from spark_images.errors import SparkImagesError
+from spark_images.core.errors import SparkImagesError
+from spark_images.readers import artifacts
 from spark_images.registry.client import RegistryClient, RegistryError, parse_reference
 
 ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"

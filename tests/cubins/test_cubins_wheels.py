@@ -12,11 +12,12 @@ import zipfile
 
 import pytest
 
-from spark_images import artifacts, pypi
+from spark_images import pypi
 from spark_images.cubins import scan_target
 from spark_images.cubins import verdict as v
 from spark_images.cubins.fatbin import cubin_info, decompress_payload, scan_binary
 from spark_images.cubins.report import glob_matches
+from spark_images.readers import artifacts
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 

@@ -31,7 +31,7 @@ from harness import assert_clean_failure, run_cli
 from servers import Hostile, Req
 
 from spark_images.coherence import GateOptions, gate_endpoint
-from spark_images.errors import UsageError
+from spark_images.core.errors import UsageError
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"
 MODEL = "test/model"

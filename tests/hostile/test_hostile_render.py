@@ -25,9 +25,9 @@ import pytest
 import yaml
 from harness import assert_clean_failure, run_cli, tree_digest
 
-from spark_images import render as render_mod
-from spark_images.errors import UsageError
-from spark_images.resolve import resolve_profile
+from spark_images.build import render as render_mod
+from spark_images.build.resolve import resolve_profile
+from spark_images.core.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
 CU130: dict[str, Any] = yaml.safe_load((REPO / "profiles" / "cu130.yaml").read_text())

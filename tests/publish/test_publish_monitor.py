@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from spark_images import monitor
 from spark_images.audit.states import AuditReport, FixResult
 from spark_images.cli.monitor import standalone
+from spark_images.release import monitor
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = "98dff2a81d747d1dba01a47f939f48c3526d4206"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from spark_images import publish as rules
+from spark_images.release import publish as rules
 
 COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"
 DIGEST_A = "sha256:" + "a" * 64

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_images import profiles
+from spark_images.build.resolve import resolve_profile
 from spark_images.coherence import verdict
-from spark_images.resolve import resolve_profile
+from spark_images.profiles import profile as profiles
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from spark_images.profiles import profile_json_schema
+from spark_images.profiles.profile import profile_json_schema
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))
@@ -149,7 +149,7 @@ def test_schema_command_prints_the_schema_and_writes_it(tmp_path: Path) -> None:
 
 
 def test_the_schema_documents_the_defaults_of_the_one_configuration_layer() -> None:
-    from spark_images import profiles
+    from spark_images.profiles import profile as profiles
 
     props = profile_json_schema()["properties"]
     coherence = props["verify"]["properties"]["coherence"]["properties"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_images.toolchain import (
+from spark_images.profiles.toolchain import (
     ARCH_BY_CUDA,
     RULES,
     arch_list_for,

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from spark_images.cli import main
-from spark_images.toolchain import rules_for
+from spark_images.profiles.toolchain import rules_for
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "profiles").glob("*.yaml"))
@@ -278,7 +278,7 @@ def test_lock_without_a_pinned_package_warns(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_source_date_epoch_pin_reaches_the_plan(tmp_path: Path) -> None:
-    from spark_images.resolve import resolve_profile
+    from spark_images.build.resolve import resolve_profile
 
     doc = copy.deepcopy(BASE_DOC)
     doc["build"]["source_date_epoch"] = 1757408358

@@ -15,7 +15,7 @@ import yaml
 
 from spark_images.cli import build_parser
 from spark_images.cli.coherence import _matrix
-from spark_images.profiles import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
+from spark_images.profiles.profile import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 CU130 = "profiles/cu130.yaml"

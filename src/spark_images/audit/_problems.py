@@ -5,7 +5,7 @@ and must never make a message unbounded."""
 
 from __future__ import annotations
 
-from spark_images.errors import Problem
+from spark_images.core.errors import Problem
 
 _WHERE_MAX = 200
 _MESSAGE_MAX = 600

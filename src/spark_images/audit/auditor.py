@@ -39,11 +39,11 @@ from spark_images.audit.resolving import TargetResolver
 from spark_images.audit.sources import patch_refs
 from spark_images.audit.states import AuditReport, FixResult, MarkerResult, decide
 from spark_images.audit.targets import classify, path_exists
-from spark_images.errors import EnvironmentProblem, UsageError
+from spark_images.core.errors import EnvironmentProblem, UsageError
 
 if TYPE_CHECKING:
     from spark_images.audit.git_parse import TagRef
-    from spark_images.plan import PatchRef
+    from spark_images.build.plan import PatchRef
 
 _MIN_PR_SUBJECT_RATIO = 0.3
 _SAMPLE = 200

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spark_images.audit import git as gitmod
-from spark_images.errors import EnvironmentProblem
+from spark_images.core.errors import EnvironmentProblem
 
 CACHE_MAX_AGE_S = 3600.0
 FETCH_TIMEOUT_S = 120.0  # an update is optional: do not hang on a dead network

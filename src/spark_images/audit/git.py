@@ -19,7 +19,7 @@ from spark_images.audit import git_parse as parse
 from spark_images.audit._problems import problem
 from spark_images.audit.git_parse import HEX, TagRef
 from spark_images.audit.history import CommitInfo
-from spark_images.errors import EnvironmentProblem, Problem, UsageError
+from spark_images.core.errors import EnvironmentProblem, Problem, UsageError
 
 UPSTREAM_URL = "https://github.com/vllm-project/vllm.git"
 MAIN_REFS: tuple[str, ...] = ("refs/heads/main", "refs/remotes/origin/main", "refs/remotes/upstream/main")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from spark_images.errors import Finding, Problem
+from spark_images.core.errors import Finding, Problem
 
 AREAS: tuple[str, ...] = ("build", "FP8", "NVFP4", "MoE", "b12x", "scheduler")
 SEVERITIES: tuple[str, ...] = ("critical", "high", "medium", "low", "info")
@@ -194,12 +194,12 @@ def parse_knowledge(text: str, file: str = "fixes.yaml") -> KnowledgeBase:
 def _parse_yaml(text: str, file: str) -> Any:
     """YAML that refuses duplicate keys: the inputs module's loader when this
     build has it, else the profiles' unique-key loader (both raise Finding)."""
-    from spark_images import inputs
+    from spark_images.core import inputs
 
     loads_yaml = getattr(inputs, "loads_yaml", None)
     if loads_yaml is not None:
         return loads_yaml(text, file=file, what="knowledge base", error=Finding)
-    from spark_images.profiles import parse_yaml
+    from spark_images.profiles.profile import parse_yaml
 
     return parse_yaml(text, file)
 
@@ -211,6 +211,6 @@ def load_knowledge(path: str | os.PathLike[str] | None = None) -> KnowledgeBase:
         if len(data) > KB_LIMIT:
             raise Finding(Problem("spark_images/audit/fixes.yaml", "", f"over {KB_LIMIT} bytes", "split the knowledge base"))
         return parse_knowledge(data.decode("utf-8", "replace"), "spark_images/audit/fixes.yaml")
-    from spark_images.inputs import read_text
+    from spark_images.core.inputs import read_text
 
     return parse_knowledge(read_text(path, what="knowledge base", limit=KB_LIMIT), os.fsdecode(path))

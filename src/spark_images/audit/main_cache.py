@@ -15,9 +15,9 @@ import hashlib
 import marshal
 from pathlib import Path
 
-from spark_images import atomic
 from spark_images.audit import git as gitmod
 from spark_images.audit.history import CommitInfo
+from spark_images.core import atomic
 
 _VERSION = 1
 _LIMIT = 256 * 1024 * 1024

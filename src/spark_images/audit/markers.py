@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from spark_images.audit import git as gitmod
 from spark_images.audit.knowledge import Fix, Marker
 from spark_images.audit.states import MarkerResult, check_marker
-from spark_images.errors import EnvironmentProblem
+from spark_images.core.errors import EnvironmentProblem
 
 MAX_HOPS = 4
 MAX_CANDIDATES = 64

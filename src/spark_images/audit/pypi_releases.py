@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from spark_images import atomic, pypi
+from spark_images import pypi
 from spark_images.audit._problems import problem
 from spark_images.audit.releases import parse_version_file
-from spark_images.errors import EnvironmentProblem, SparkImagesError, UsageError
+from spark_images.core import atomic
+from spark_images.core.errors import EnvironmentProblem, SparkImagesError, UsageError
 from spark_images.registry.http import short_url
 
 LIST_LIMIT = 16 * 1024 * 1024  # vllm's page is ~130 KB
@@ -155,7 +156,7 @@ def _cache_file(base: str) -> Path:
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
-    from spark_images.inputs import load_json
+    from spark_images.core.inputs import load_json
 
     try:
         doc = load_json(path, what="release cache", limit=LIST_LIMIT)

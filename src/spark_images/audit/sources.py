@@ -1,6 +1,6 @@
 """Inputs the audit reads but does not own: patch files given by path, and
 what an installed vLLM (a wheel, a directory, an image, local or in a registry)
-says about its commit. Reading images goes through `spark_images.artifacts`,
+says about its commit. Reading images goes through `spark_images.readers.artifacts`,
 which streams layers from a registry without a daemon or a pull.
 
 A profile's patches are not read here: `audit PROFILE` takes them from the
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_images import inputs
 from spark_images.audit._problems import problem
 from spark_images.audit.releases import parse_version_file
-from spark_images.errors import EnvironmentProblem, UsageError
+from spark_images.core import inputs
+from spark_images.core.errors import EnvironmentProblem, UsageError
 
 if TYPE_CHECKING:
-    from spark_images.plan import PatchRef
+    from spark_images.build.plan import PatchRef
 
 _DIST_INFO = re.compile(r"(?:^|/)vllm-[^/]+\.dist-info/(METADATA|direct_url\.json)$")
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})(?:$|[.+])")
@@ -34,8 +34,8 @@ def patch_refs(patches: Sequence[PatchRef | Path | str]) -> tuple[PatchRef, ...]
     """The patches an audit counts. A plan's PatchRef is taken as it is (the
     build read that file); a file given by path is read here and made into a
     PatchRef by the same function the plan uses, so one header parser decides."""
-    from spark_images.plan import PatchRef, patch_ref
-    from spark_images.resolve import PATCH_LIMIT
+    from spark_images.build.plan import PatchRef, patch_ref
+    from spark_images.build.resolve import PATCH_LIMIT
 
     out: list[PatchRef] = []
     for patch in patches:
@@ -63,9 +63,9 @@ def _want(path: str) -> bool:
 def read_installed(target: str) -> Installed:
     """vLLM's `_version.py` and dist-info (METADATA, direct_url.json) from `target`, in one pass."""
     try:
-        from spark_images import artifacts  # type: ignore[attr-defined]
+        from spark_images.readers import artifacts  # type: ignore[attr-defined]
     except ImportError:
-        raise EnvironmentProblem(problem(f"{target}: reading wheels and images needs spark_images.artifacts, which this build lacks")) from None
+        raise EnvironmentProblem(problem(f"{target}: reading wheels and images needs spark_images.readers.artifacts, which this build lacks")) from None
     found: dict[str, bytes] = {}
     for path, data in artifacts.iter_files(target, _want):
         key = "version_file" if path.endswith("vllm/_version.py") else path.rsplit("/", 1)[-1]

@@ -2,7 +2,7 @@
 
 `check_target(target, gpu="sm_121", repo=None, audit=True) -> CheckResult` reads
 the target once (`collect`), applies the toolchain rules to what is inside
-(`rules`, keyed by the ids of `spark_images.toolchain.RULES`) and decides
+(`rules`, keyed by the ids of `spark_images.profiles.toolchain.RULES`) and decides
 ready / degraded / broken (`verdict`). The build line calls `gather` (with the
 profile's required globs) and `judge_gathered` on the OCI archive it built: one
 read gives both the check and the cubin gate's report (`Gathered.cubins`).
@@ -16,11 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from spark_images import artifacts
 from spark_images.check.collect import Gathered, audit_doc, gather, run_audit
 from spark_images.check.verdict import CheckResult, judge
+from spark_images.core.errors import UsageError
 from spark_images.cubins.verdict import parse_gpu
-from spark_images.errors import UsageError
+from spark_images.readers import artifacts
 
 
 def check_target(

@@ -1,6 +1,6 @@
 """Read a target once and gather what `check` decides on (the I/O edge of `check`).
 
-One pass over the target's files (through `spark_images.artifacts`): small
+One pass over the target's files (through `spark_images.readers.artifacts`): small
 files the inventory wants are parsed as they come; files that can hold device
 code go, as the reader yields them, to the cubin parser
 (`cubins.scan_members`; a multi-GB library is a mapping of the reader's
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_images import artifacts
 from spark_images.check.inventory import Collector, ImageConfig, Inventory, parse_config
-from spark_images.errors import EnvironmentProblem, SparkImagesError, UsageError
+from spark_images.core.errors import EnvironmentProblem, SparkImagesError, UsageError
+from spark_images.readers import artifacts
 
 if TYPE_CHECKING:
     from spark_images.audit.states import AuditReport

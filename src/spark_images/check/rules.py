@@ -1,6 +1,6 @@
 """The toolchain rules applied to what is inside a target (pure: facts in, reasons out).
 
-Rule ids, messages and fixes come from the one table in `spark_images.toolchain`
+Rule ids, messages and fixes come from the one table in `spark_images.profiles.toolchain`
 (the profile checks use the same entries); this module adds only what an
 image needs on top: which facts each rule reads, and its impact on the image
 (`broken`: it cannot serve on the GPU as built; `degraded`: it runs, but named
@@ -14,9 +14,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from spark_images import toolchain
 from spark_images.check.inventory import Inventory, Tool, site_relative
-from spark_images.toolchain import parse_version
+from spark_images.profiles import toolchain
+from spark_images.profiles.toolchain import parse_version
 
 Impact = Literal["broken", "degraded"]
 

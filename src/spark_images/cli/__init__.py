@@ -18,8 +18,8 @@ import sys
 from collections.abc import Sequence
 
 from spark_images import __version__
-from spark_images.errors import EXIT_USAGE, EnvironmentProblem, Problem, SparkImagesError
-from spark_images.inputs import display_path, short
+from spark_images.core.errors import EXIT_USAGE, EnvironmentProblem, Problem, SparkImagesError
+from spark_images.core.inputs import display_path, short
 from spark_images.readers.common import READER_SWITCH_INTERVAL
 
 COMMANDS: tuple[str, ...] = (

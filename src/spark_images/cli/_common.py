@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from spark_images import atomic
+from spark_images.core import atomic
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:

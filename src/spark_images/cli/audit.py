@@ -34,7 +34,7 @@ from pathlib import Path
 from spark_images.audit import audit_target
 from spark_images.audit.report import render_markdown, render_table
 from spark_images.cli._common import add_json_flag, emit, target
-from spark_images.errors import EXIT_FINDING, EXIT_OK, UsageError
+from spark_images.core.errors import EXIT_FINDING, EXIT_OK, UsageError
 
 
 def _pr(text: str) -> int:

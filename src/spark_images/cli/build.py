@@ -18,11 +18,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from spark_images import lock, pipeline, summary
+from spark_images.build import pipeline, summary
 from spark_images.cli._common import add_json_flag, emit
-from spark_images.errors import UsageError
+from spark_images.core.errors import UsageError
 from spark_images.registry import push as registry_push
 from spark_images.registry.reference import ImageReference
+from spark_images.release import lock
 
 
 def add_build_flags(parser: argparse.ArgumentParser) -> None:

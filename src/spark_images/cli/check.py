@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from spark_images import atomic
-from spark_images.artifacts import Progress
 from spark_images.check import check_target
 from spark_images.check.report import render_check_markdown, render_check_text
 from spark_images.check.verdict import READY
 from spark_images.cli._common import add_json_flag, emit, target
-from spark_images.errors import EXIT_FINDING, EXIT_OK
+from spark_images.core import atomic
+from spark_images.core.errors import EXIT_FINDING, EXIT_OK
+from spark_images.readers.artifacts import Progress
 
 TARGETS = (
     "TARGET: HOST/REPO:TAG or HOST/REPO@sha256:... (read over the registry API, no daemon), "

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from spark_images.cli._common import add_json_flag, emit
-from spark_images.errors import EnvironmentProblem, Problem, UsageError
-from spark_images.profiles import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
+from spark_images.core.errors import EnvironmentProblem, Problem, UsageError
+from spark_images.profiles.profile import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
 
 
 def _csv(value: str) -> list[str]:
@@ -167,7 +167,7 @@ def _matrix(args: argparse.Namespace) -> tuple[list[str], list[str], list[str] |
     """
     models, moe, linear, kv = args.model, args.backends, args.linear_backends, args.kv_cache_dtype
     if args.profile is not None:
-        from spark_images.profiles import load_profile
+        from spark_images.profiles.profile import load_profile
 
         settings = load_profile(args.profile).verify.coherence
         if settings is None:
@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         if section["status"] == "skipped" and args.require_gpu:
             raise EnvironmentProblem(f"coherence: {section['reason']} (--require-gpu)")
     if args.record:
-        from spark_images.record import BuildRecord
+        from spark_images.build.record import BuildRecord
 
         record = BuildRecord.load(args.record) if args.record.is_file() else BuildRecord(profile="")
         record.set("coherence", section)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 
-from spark_images.artifacts import Progress
 from spark_images.cli._common import add_json_flag, emit, target, warn
+from spark_images.core.errors import EXIT_FINDING, EXIT_OK
 from spark_images.cubins import CubinReport, scan_target
 from spark_images.cubins import verdict as v
-from spark_images.errors import EXIT_FINDING, EXIT_OK
+from spark_images.readers.artifacts import Progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def profile_native_libraries(path: str) -> tuple[str, ...]:
     """The profile's verify.native_libraries globs (Finding / UsageError if the profile is bad)."""
-    from spark_images.profiles import load_profile
+    from spark_images.profiles.profile import load_profile
 
     return tuple(load_profile(path).verify.native_libraries)
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import argparse
 
-from spark_images import atomic
-from spark_images.artifacts import Progress
 from spark_images.check import check_target
 from spark_images.check.diff import compare, is_worse
 from spark_images.check.report import render_diff_markdown, render_diff_text
 from spark_images.cli._common import emit, target
 from spark_images.cli.check import TARGETS, add_common
-from spark_images.errors import EXIT_FINDING, EXIT_OK
+from spark_images.core import atomic
+from spark_images.core.errors import EXIT_FINDING, EXIT_OK
+from spark_images.readers.artifacts import Progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

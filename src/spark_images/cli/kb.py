@@ -27,9 +27,9 @@ from typing import Any
 
 import yaml
 
-from spark_images import atomic
 from spark_images.cli._common import add_json_flag, emit
-from spark_images.errors import EXIT_OK, Finding, Problem, UsageError
+from spark_images.core import atomic
+from spark_images.core.errors import EXIT_OK, Finding, Problem, UsageError
 
 
 def _pr(text: str) -> int:

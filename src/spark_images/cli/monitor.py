@@ -25,11 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spark_images import atomic, pypi
-from spark_images import monitor as rules
+from spark_images import pypi
 from spark_images.cli._common import add_json_flag, emit
-from spark_images.errors import Finding, Problem, UsageError
-from spark_images.profiles import load_profile
+from spark_images.core import atomic
+from spark_images.core.errors import Finding, Problem, UsageError
+from spark_images.profiles.profile import load_profile
+from spark_images.release import monitor as rules
 
 
 def register(sub: argparse._SubParsersAction) -> None:

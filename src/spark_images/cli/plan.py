@@ -24,12 +24,12 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from spark_images import lock as lockfile
-from spark_images import publish as rules
+from spark_images.build.resolve import Resolved, resolve_profile
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.coherence import verdict
-from spark_images.errors import UsageError
-from spark_images.resolve import Resolved, resolve_profile
+from spark_images.core.errors import UsageError
+from spark_images.release import lock as lockfile
+from spark_images.release import publish as rules
 
 _ANY_DAY = date(2000, 1, 1)  # the immutable tag's prefix does not depend on the day
 

@@ -21,13 +21,13 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_images import inputs
-from spark_images import lock as lockfile
-from spark_images import publish as rules
 from spark_images.cli._common import add_json_flag, emit
-from spark_images.errors import EnvironmentProblem, Finding, UsageError
-from spark_images.inputs import display_path
+from spark_images.core import inputs
+from spark_images.core.errors import EnvironmentProblem, Finding, UsageError
+from spark_images.core.inputs import display_path
 from spark_images.registry import tags as registry_tags
+from spark_images.release import lock as lockfile
+from spark_images.release import publish as rules
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,10 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from spark_images.build.render import render_dockerfile, write_render
+from spark_images.build.resolve import resolve_profile
 from spark_images.cli._common import add_json_flag, emit
-from spark_images.inputs import display_path
-from spark_images.render import render_dockerfile, write_render
-from spark_images.resolve import resolve_profile
+from spark_images.core.inputs import display_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,6 +1,6 @@
 """`spark-images schema`: the JSON Schema of a profile, for editors and other checkers.
 
-Generated from the one schema in `spark_images.profiles` (the same fields,
+Generated from the one schema in `spark_images.profiles.profile` (the same fields,
 types, patterns and defaults `validate` applies), so it cannot drift from
 what validate accepts. The toolchain rules (arch lists, known-bad pins, base
 image flavour) and the checks written as code are not expressible here:
@@ -14,8 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from spark_images import atomic
-from spark_images.profiles import profile_json_schema
+from spark_images.core import atomic
+from spark_images.profiles.profile import profile_json_schema
 
 
 def register(sub: argparse._SubParsersAction) -> None:

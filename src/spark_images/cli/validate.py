@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spark_images.build.resolve import resolve_profile
 from spark_images.cli._common import add_json_flag, emit
-from spark_images.errors import EXIT_FINDING, EXIT_OK, EnvironmentProblem, Finding, UsageError
-from spark_images.inputs import display_path
-from spark_images.resolve import resolve_profile
+from spark_images.core.errors import EXIT_FINDING, EXIT_OK, EnvironmentProblem, Finding, UsageError
+from spark_images.core.inputs import display_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:

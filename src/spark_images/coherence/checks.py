@@ -18,7 +18,7 @@ from typing import Any
 
 from spark_images.coherence import judge, probes, scoring, speed, verdict
 from spark_images.coherence.client import Completion, OpenAIClient, ServerError
-from spark_images.errors import Problem, UsageError
+from spark_images.core.errors import Problem, UsageError
 
 Progress = Callable[[str], None]
 

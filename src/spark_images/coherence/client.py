@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from spark_images.inputs import json_depth_exceeds
+from spark_images.core.inputs import json_depth_exceeds
 from spark_images.registry import http
 
 JSON_CAP = 4 * http.MiB  # one completion with logprobs is a few KiB

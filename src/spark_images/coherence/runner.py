@@ -27,8 +27,8 @@ from spark_images.coherence.checks import (
 from spark_images.coherence.client import OpenAIClient
 from spark_images.coherence.container import run_in_container
 from spark_images.coherence.verdict import Combination
-from spark_images.errors import EnvironmentProblem
-from spark_images.profiles import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
+from spark_images.core.errors import EnvironmentProblem
+from spark_images.profiles.profile import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
 
 # --- A/B --------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ point for the CLI and the build pipeline (the record's `cubins` section is
 gate). `scan_members(members, gpu, required=())` classifies members a caller
 already reads (`check`, and through it the build line: one read of the target
 for both). `fatbin` parses bytes, `verdict` classifies, `report` rolls up (all
-pure); `scan` does the I/O through `spark_images.artifacts`.
+pure); `scan` does the I/O through `spark_images.readers.artifacts`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Scan a target for device code: artifacts in, CubinReport out.
 
 The I/O edge of the cubin inspector: it pulls candidate files out of the
-target through `spark_images.artifacts` one at a time (memory holds one file
+target through `spark_images.readers.artifacts` one at a time (memory holds one file
 at a time) and hands their bytes to the pure parser and classifier.
 """
 
@@ -12,7 +12,7 @@ import re
 import struct
 from collections.abc import Iterable, Sequence
 
-from spark_images import artifacts
+from spark_images.core.errors import UsageError
 from spark_images.cubins import elf
 from spark_images.cubins import verdict as v
 from spark_images.cubins.fatbin import (
@@ -26,7 +26,7 @@ from spark_images.cubins.fatbin import (
     verify_cubin,
 )
 from spark_images.cubins.report import CubinReport, Library, Unit, library_from_scan
-from spark_images.errors import UsageError
+from spark_images.readers import artifacts
 
 _SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
 # files above this size are mapped (or inflated from a zip or layer into a temporary

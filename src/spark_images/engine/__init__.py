@@ -14,7 +14,7 @@ import shutil
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException
 
-from spark_images.errors import EnvironmentProblem
+from spark_images.core.errors import EnvironmentProblem
 
 ENGINE_FIX = (
     "start a Docker engine (on Debian: `bash .ci/engine-up.sh`, which installs docker.io "

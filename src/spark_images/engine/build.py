@@ -31,8 +31,8 @@ from typing import Any
 
 from python_on_whales.exceptions import DockerException
 
+from spark_images.core.errors import EnvironmentProblem, SparkImagesError
 from spark_images.engine import ENGINE_FIX, client, failures, require_engine
-from spark_images.errors import EnvironmentProblem, SparkImagesError
 from spark_images.registry.reference import ImageReference, names_registry
 
 TARGET_PLATFORM = "linux/arm64"

@@ -20,8 +20,8 @@ from pathlib import Path
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException, NoSuchContainer
 
+from spark_images.core.errors import EnvironmentProblem
 from spark_images.engine import require_engine
-from spark_images.errors import EnvironmentProblem
 
 LABEL = "io.spark-images.coherence"
 # `docker run` errors that are the image's fault (no such entrypoint), not the engine's.

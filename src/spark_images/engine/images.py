@@ -3,7 +3,7 @@
 `docker save` of the containerd image store writes the layer blobs first and
 `manifest.json` (which orders them) last, so a stream cannot be read in layer
 order without holding it: the archive is written to a temporary file and read
-with random access by `spark_images.artifacts`.
+with random access by `spark_images.readers.artifacts`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from python_on_whales.exceptions import DockerException, NoSuchImage
 
+from spark_images.core.errors import EnvironmentProblem, UsageError
 from spark_images.engine import require_engine
-from spark_images.errors import EnvironmentProblem, UsageError
 
 SAVE_TIMEOUT_S = 3600
 

@@ -1,4 +1,4 @@
-"""Readers behind `spark_images.artifacts`, one job each (callers use `artifacts`).
+"""Readers behind `spark_images.readers.artifacts`, one job each (callers use `artifacts`).
 
 - `common`: the `Member` record, progress, size caps and spooling to temporary files;
 - `files`: directories, single files, wheels (zip) and NAME==VERSION requirements;

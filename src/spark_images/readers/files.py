@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from spark_images import pypi
-from spark_images.errors import UsageError
+from spark_images.core.errors import UsageError
 from spark_images.readers.common import (
     MAX_MEMBER,
     Member,

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from spark_images.errors import UsageError
+from spark_images.core.errors import UsageError
 from spark_images.readers.common import READ_CHUNK, Member, Progress, Want
 from spark_images.readers.layers import read_layers
 from spark_images.readers.streams import Opener, verified

@@ -21,7 +21,7 @@ import tarfile
 import zlib
 from collections.abc import Iterator
 
-from spark_images.errors import UsageError
+from spark_images.core.errors import UsageError
 from spark_images.readers.common import (
     MAX_MEMBER,
     READ_CHUNK,

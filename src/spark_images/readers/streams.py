@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
-from spark_images.errors import UsageError
+from spark_images.core.errors import UsageError
 from spark_images.readers.common import READ_CHUNK, mib, run_ahead
 
 Opener = Callable[[], Iterable[bytes]]

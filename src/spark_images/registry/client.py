@@ -25,7 +25,7 @@ from typing import Any
 
 import requests
 
-from spark_images.inputs import loads_json
+from spark_images.core.inputs import loads_json
 from spark_images.registry import http
 from spark_images.registry.manifests import (
     ACCEPT,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spark_images.errors import EnvironmentProblem
+from spark_images.core.errors import EnvironmentProblem
 from spark_images.registry.reference import is_digest
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

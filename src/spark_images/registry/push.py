@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import requests
 
-from spark_images.errors import EnvironmentProblem, UsageError
+from spark_images.core.errors import EnvironmentProblem, UsageError
 from spark_images.registry import http
 from spark_images.registry.client import RegistryClient, is_loopback
 from spark_images.registry.manifests import INDEX_TYPES, MANIFEST_TYPES, RegistryError

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import requests
 
-from spark_images.errors import EnvironmentProblem, Finding
+from spark_images.core.errors import EnvironmentProblem, Finding
 from spark_images.registry.client import RegistryClient
 from spark_images.registry.manifests import ACCEPT, INDEX_TYPES, MANIFEST_TYPES
 

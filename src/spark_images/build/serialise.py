@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_images import lock, summary
-from spark_images.gates import Stop
-from spark_images.record import stage
-from spark_images.stages import (
+from spark_images.build import summary
+from spark_images.build.gates import Stop
+from spark_images.build.record import stage
+from spark_images.build.stages import (
     FAILED,
     PASSED,
     SKIPPED,
@@ -30,6 +30,7 @@ from spark_images.stages import (
     StageError,
     Validated,
 )
+from spark_images.release import lock
 
 AUDIT_PREDICATE_TYPE = "https://github.com/spark-images/spark-images/audit-predicate/v1"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from spark_images.errors import Finding, Problem, SparkImagesError, UsageError
+from spark_images.core.errors import Finding, Problem, SparkImagesError, UsageError
 
 MiB = 1024 * 1024
 DEFAULT_LIMIT = 16 * MiB  # far above any profile, lock or record we write

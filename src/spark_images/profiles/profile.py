@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_images import inputs
-from spark_images.errors import Finding, Problem, SparkImagesError, UsageError
-from spark_images.profile_values import (
+from spark_images.core import inputs
+from spark_images.core.errors import Finding, Problem, SparkImagesError, UsageError
+from spark_images.profiles.schema import Field, json_schema, validate
+from spark_images.profiles.values import (
     ABSOLUTE_PATH,
     ARCH_LIST,
     BACKEND,
@@ -43,7 +44,6 @@ from spark_images.profile_values import (
     repository_problem,
     url_check,
 )
-from spark_images.schema import Field, json_schema, validate
 
 # The one place each default lives (the JSON Schema shows them too).
 DEFAULT_VLLM_REPOSITORY = "https://github.com/vllm-project/vllm.git"

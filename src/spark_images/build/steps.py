@@ -25,11 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from spark_images import lock
-from spark_images.engine import build as engine_build
-from spark_images.errors import EnvironmentProblem, SparkImagesError
-from spark_images.registry import push as registry_push
-from spark_images.stages import (
+from spark_images.build.stages import (
     FAILED,
     PASSED,
     SKIPPED,
@@ -42,6 +38,10 @@ from spark_images.stages import (
     StageError,
     Validated,
 )
+from spark_images.core.errors import EnvironmentProblem, SparkImagesError
+from spark_images.engine import build as engine_build
+from spark_images.registry import push as registry_push
+from spark_images.release import lock
 
 Log = Callable[[str], None]
 LOCAL_REPOSITORY = "spark-images/{name}"
@@ -81,7 +81,7 @@ def vllm_commit_time(audit_mod: ModuleType, commit: str, repo: Path | None) -> i
 
 
 def validate(profile: Path, log: Log) -> Validated:
-    from spark_images import resolve
+    from spark_images.build import resolve
 
     try:
         resolved = resolve.resolve_profile(profile)
@@ -119,7 +119,7 @@ def audit(v: Validated, vllm_repo: Path | None, log: Log) -> Audited:
 
 
 def render(v: Validated, build_dir: Path) -> Rendered:
-    from spark_images import render as render_mod
+    from spark_images.build import render as render_mod
 
     context = build_dir / "context"
     try:

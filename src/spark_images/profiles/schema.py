@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_images.errors import Problem
+from spark_images.core.errors import Problem
 
 Check = Callable[[Any], str | None]  # returns a message when the value is wrong
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import jinja2
 
-from spark_images import atomic, inputs
-from spark_images.errors import Problem, UsageError
-from spark_images.plan import BuildPlan
+from spark_images.build.plan import BuildPlan
+from spark_images.core import atomic, inputs
+from spark_images.core.errors import Problem, UsageError
 
 TEMPLATE_PACKAGE = "spark_images"  # the templates ship inside the package (templates/)
 TEMPLATE_NAME = "Dockerfile.j2"

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_images import pypi
-from spark_images.errors import UsageError
+from spark_images.core.errors import UsageError
 from spark_images.readers import files, images
 from spark_images.readers.common import MAX_MEMBER, QUIET, Member, Progress, Want
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Literal
 
-from spark_images import lock as lockfile
 from spark_images.coherence import verdict as coherence_verdict
+from spark_images.core.errors import Problem
 from spark_images.cubins.verdict import V_NATIVE, V_PARTIAL
-from spark_images.errors import Problem
 from spark_images.registry.reference import ImageReference, is_digest, is_tag
+from spark_images.release import lock as lockfile
 
 SHORT_SHA_LEN = 9  # the prefix length the vLLM release notes and wheel versions use
 # The build's cubin gate already required native sm_121 code in every library

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from spark_images.errors import Problem
-from spark_images.profile_values import HEX40, base_image_reference
-from spark_images.profiles import Profile
+from spark_images.core.errors import Problem
+from spark_images.profiles.profile import Profile
+from spark_images.profiles.values import HEX40, base_image_reference
 
 Severity = Literal["error", "warning"]
 Scope = Literal["profile", "image"]

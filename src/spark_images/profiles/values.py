@@ -16,8 +16,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from spark_images.profiles.schema import Field, show
 from spark_images.registry.reference import ImageReference, names_registry
-from spark_images.schema import Field, show
 
 # Every pattern is used with re.fullmatch (a trailing newline never passes).
 HEX40 = re.compile(r"[0-9a-f]{40}\Z")  # \Z: callers that use .match() get a full match too

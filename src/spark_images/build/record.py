@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from spark_images import atomic
-from spark_images.errors import Problem, UsageError
+from spark_images.core import atomic
+from spark_images.core.errors import Problem, UsageError
 
 StageStatus = Literal["passed", "failed", "skipped", "error"]
 STAGE_ORDER: tuple[str, ...] = ("validate", "audit", "render", "build", "cubins", "verdict", "coherence", "lock")

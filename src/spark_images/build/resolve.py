@@ -14,12 +14,13 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from spark_images import inputs, reqlock
-from spark_images import patches as patch_headers
-from spark_images.errors import Finding, Problem, SparkImagesError
-from spark_images.plan import BuildPlan, make_plan
-from spark_images.profiles import Profile, load_profile
-from spark_images.toolchain import check_profile
+from spark_images.build.plan import BuildPlan, make_plan
+from spark_images.core import inputs
+from spark_images.core.errors import Finding, Problem, SparkImagesError
+from spark_images.profiles import patches as patch_headers
+from spark_images.profiles import reqlock
+from spark_images.profiles.profile import Profile, load_profile
+from spark_images.profiles.toolchain import check_profile
 
 PATCH_LIMIT = 4 * inputs.MiB  # a backport is a few KB; a lock ~100 KB
 LOCK_LIMIT = 4 * inputs.MiB

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_images.errors import EXIT_FINDING, SparkImagesError
+from spark_images.core.errors import EXIT_FINDING, SparkImagesError
 
 if TYPE_CHECKING:  # types only: importing the stage results pulls in no stage
     from spark_images.audit.states import AuditReport
+    from spark_images.build.plan import BuildPlan
     from spark_images.check.verdict import CheckResult
     from spark_images.cubins.report import CubinReport
-    from spark_images.plan import BuildPlan
 
 PASSED = "passed"
 FAILED = "failed"

@@ -28,8 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict
 
-from spark_images import atomic, inputs, profile_values
-from spark_images.errors import Finding, Problem, UsageError
+from spark_images.core import atomic, inputs
+from spark_images.core.errors import Finding, Problem, UsageError
+from spark_images.profiles import values as profile_values
 from spark_images.registry.reference import is_digest  # the one digest grammar: a full match
 
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from spark_images import patches as patch_headers
-from spark_images.profiles import Profile
-from spark_images.toolchain import arch_list_for, cuda_line
+from spark_images.profiles import patches as patch_headers
+from spark_images.profiles.profile import Profile
+from spark_images.profiles.toolchain import arch_list_for, cuda_line
 
 LABEL_PREFIX = "io.spark-images"
 PLAN_VERSION = 1

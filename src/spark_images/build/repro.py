@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_images.errors import UsageError
+from spark_images.core.errors import UsageError
 from spark_images.readers.common import QUIET
 from spark_images.readers.images import ImageArchive
 from spark_images.readers.layers import layer_entries

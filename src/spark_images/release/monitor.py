@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_images.profile_values import HEX40
+from spark_images.profiles.values import HEX40
 
 PRESENT = frozenset({"included", "cherry-picked", "patched"})
 UPSTREAM = frozenset({"included", "cherry-picked"})  # present without a local patch

@@ -1,0 +1,6 @@
+"""The core: what every room may use and nothing else is built on.
+
+Owns: `errors` (problems, exit codes), `inputs` (bounded, strict reads of files
+people hand us; one-line messages), `atomic` (writes that never leave half a
+file). Imports nothing of spark_images but `defaults`.
+"""
