@@ -33,17 +33,18 @@ import requests
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from spark_images import defaults
 from spark_images.core import atomic
 from spark_images.core.errors import EnvironmentProblem, UsageError
 from spark_images.core.inputs import loads_json
 from spark_images.registry import http
 
-INDEX_URL = "https://pypi.org/simple"
+INDEX_URL = defaults.PYPI_SIMPLE
 
 
 def index_url() -> str:
     """The simple index every PyPI lookup uses: SPARK_IMAGES_PYPI_SIMPLE, else PyPI."""
-    return os.environ.get("SPARK_IMAGES_PYPI_SIMPLE", INDEX_URL).rstrip("/")
+    return defaults.pypi_simple()
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 TIMEOUT = (15, 120)  # connect, between bytes; the overall deadline is registry.http's
 RETRIES = 3
@@ -136,8 +137,7 @@ def pick_wheel(files: list[dict[str, Any]], name: str, version: str, arch: str =
 
 
 def cache_root() -> Path:
-    base = os.environ.get("SPARK_IMAGES_CACHE")
-    return Path(base) if base else Path.home() / ".cache" / "spark-images"
+    return defaults.download_cache()
 
 
 def _session() -> requests.Session:

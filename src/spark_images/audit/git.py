@@ -15,13 +15,14 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from spark_images import defaults
 from spark_images.audit import git_parse as parse
 from spark_images.audit._problems import problem
 from spark_images.audit.git_parse import HEX, TagRef
 from spark_images.audit.history import CommitInfo
 from spark_images.core.errors import EnvironmentProblem, Problem, UsageError
 
-UPSTREAM_URL = "https://github.com/vllm-project/vllm.git"
+UPSTREAM_URL = defaults.VLLM_GIT_URL
 MAIN_REFS: tuple[str, ...] = ("refs/heads/main", "refs/remotes/origin/main", "refs/remotes/upstream/main")
 _STAMP = "spark-images-fetched"
 
@@ -230,12 +231,11 @@ class Repo:
 
 # -- the cached treeless clone of upstream vLLM --------------------------------
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "spark-images"
+    return defaults.history_cache()
 
 
 def upstream_url() -> str:
-    return os.environ.get("SPARK_IMAGES_VLLM_GIT_URL", UPSTREAM_URL)
+    return defaults.vllm_git_url()
 
 
 def _no_history(url: str, dest: Path, why: str) -> EnvironmentProblem:

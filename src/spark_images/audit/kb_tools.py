@@ -15,10 +15,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spark_images import defaults
 from spark_images.audit.discover import diff_evidence, message_evidence
 from spark_images.audit.knowledge import AREAS, Fix, KnowledgeBase
 
-UPSTREAM_REPO = "https://github.com/vllm-project/vllm"
+UPSTREAM_REPO = defaults.VLLM_REPOSITORY
 OSV_SCHEMA = "1.6.0"
 _AREA_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("b12x", re.compile(r"b12x", re.IGNORECASE)),

@@ -17,7 +17,6 @@ not depend on which host happened to have the history, so a pin wins over it.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -25,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from spark_images import defaults
 from spark_images.build.stages import (
     FAILED,
     PASSED,
@@ -138,7 +138,9 @@ def build_request(
     `verify-repro`: the plan (its labels included) and SOURCE_DATE_EPOCH. Not
     what the audit found: that would make the digest depend on the host.
     """
-    epoch, epoch_from = source_date_epoch(os.environ, v.plan.source_date_epoch, a.commit_time)
+    epoch, epoch_from = source_date_epoch(
+        {defaults.Env.SOURCE_DATE_EPOCH: defaults.source_date_epoch() or ""}, v.plan.source_date_epoch, a.commit_time
+    )
     secrets: tuple[engine_build.Secret, ...] = ()
     if ca_cert is not None:
         secrets = (engine_build.Secret(CA_SECRET_ID, ca_cert.resolve()),)
@@ -252,7 +254,7 @@ def coherence(v: Validated, b: Built, log: Log) -> Gated:
     return Gated(status, reason, section)
 
 
-GPU = "sm_121"
+GPU = defaults.GPU
 
 
 def scan_target_of(b: Built) -> str:

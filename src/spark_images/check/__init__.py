@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from spark_images import defaults
 from spark_images.check.collect import Gathered, audit_doc, gather, run_audit
 from spark_images.check.verdict import CheckResult, judge
 from spark_images.core.errors import UsageError
@@ -25,7 +26,7 @@ from spark_images.readers import artifacts
 
 def check_target(
     target: str,
-    gpu: str = "sm_121",
+    gpu: str = defaults.GPU,
     *,
     repo: Path | None = None,
     audit: bool = True,

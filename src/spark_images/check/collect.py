@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_images import defaults
 from spark_images.check.inventory import Collector, ImageConfig, Inventory, parse_config
 from spark_images.core.errors import EnvironmentProblem, SparkImagesError, UsageError
 from spark_images.readers import artifacts
@@ -107,7 +108,7 @@ def _members(target: str, want: artifacts.Want, progress: artifacts.Progress | N
 
 
 def gather(
-    target: str, gpu: str = "sm_121", *, required: Sequence[str] = (), progress: artifacts.Progress | None = None
+    target: str, gpu: str = defaults.GPU, *, required: Sequence[str] = (), progress: artifacts.Progress | None = None
 ) -> Gathered:
     """Everything `check` needs from `target`, in one pass over its files.
 

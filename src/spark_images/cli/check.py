@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from spark_images import defaults
 from spark_images.check import check_target
 from spark_images.check.report import render_check_markdown, render_check_text
 from spark_images.check.verdict import READY
@@ -23,7 +24,7 @@ TARGETS = (
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpu", default="sm_121", help="GPU architecture (default: sm_121, the DGX Spark)")
+    parser.add_argument("--gpu", default=defaults.GPU, help=f"GPU architecture (default: {defaults.GPU}, the DGX Spark)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown (a job summary)")
     parser.add_argument("--repo", metavar="PATH", type=Path, help="local vLLM clone for the fix audit")
     parser.add_argument("--no-audit", action="store_true", help="do not audit the vLLM commit's fixes")

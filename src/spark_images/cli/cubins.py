@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 
+from spark_images import defaults
 from spark_images.cli._common import add_json_flag, emit, target, warn
 from spark_images.core.errors import EXIT_FINDING, EXIT_OK
 from spark_images.cubins import CubinReport, scan_target
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         ),
     )
     parser.add_argument("target", type=target, metavar="TARGET")
-    parser.add_argument("--gpu", default="sm_121", help="GPU architecture (default: sm_121, the DGX Spark)")
+    parser.add_argument("--gpu", default=defaults.GPU, help=f"GPU architecture (default: {defaults.GPU}, the DGX Spark)")
     parser.add_argument("--kernels", action="store_true", help="decompress and list kernel names per target")
     parser.add_argument(
         "--profile",

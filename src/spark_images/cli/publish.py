@@ -21,6 +21,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from spark_images import defaults
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.core import inputs
 from spark_images.core.errors import EnvironmentProblem, Finding, UsageError
@@ -55,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the Spark job's gate result (build record or `spark-images coherence --json` output): "
         "when it passed on the locked digest, it replaces the entry's skipped coherence gate",
     )
-    parser.add_argument("--lock", default="images.lock.json", metavar="FILE", help="lock file (default: images.lock.json)")
+    parser.add_argument("--lock", default=defaults.LOCK_FILE, metavar="FILE", help=f"lock file (default: {defaults.LOCK_FILE})")
     parser.add_argument(
         "--registry-insecure", action="store_true",
         help="speak plain HTTP to the registry even when it is not on loopback",

@@ -12,6 +12,7 @@ import re
 import struct
 from collections.abc import Iterable, Sequence
 
+from spark_images import defaults
 from spark_images.core.errors import UsageError
 from spark_images.cubins import elf
 from spark_images.cubins import verdict as v
@@ -77,7 +78,7 @@ def unproven_entries(
 
 def scan_target(
     target: str,
-    gpu: str = "sm_121",
+    gpu: str = defaults.GPU,
     required: Sequence[str] = (),
     *,
     kernels: bool = False,
@@ -101,7 +102,7 @@ def scan_target(
 
 def scan_members(
     members: Iterable[artifacts.Member],
-    gpu: str = "sm_121",
+    gpu: str = defaults.GPU,
     required: Sequence[str] = (),
     *,
     target: str = "",

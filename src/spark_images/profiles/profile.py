@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spark_images import defaults
 from spark_images.core import inputs
 from spark_images.core.errors import Finding, Problem, SparkImagesError, UsageError
 from spark_images.profiles.schema import Field, json_schema, validate
@@ -46,7 +47,7 @@ from spark_images.profiles.values import (
 )
 
 # The one place each default lives (the JSON Schema shows them too).
-DEFAULT_VLLM_REPOSITORY = "https://github.com/vllm-project/vllm.git"
+DEFAULT_VLLM_REPOSITORY = defaults.VLLM_GIT_URL
 DEFAULT_CUDA_HOME = "/usr/local/cuda"
 DEFAULT_MOE_BACKENDS: tuple[str, ...] = ("auto",)
 DEFAULT_KV_CACHE_DTYPES: tuple[str, ...] = ("auto",)

@@ -17,7 +17,6 @@ body nor a server that drips one byte a second can hold the command.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from typing import Any
 
 import requests
 
+from spark_images import defaults
 from spark_images.core.inputs import loads_json
 from spark_images.registry import http
 from spark_images.registry.manifests import (
@@ -93,9 +93,7 @@ class RegistryClient:
         self.http.headers.setdefault("User-Agent", "spark-images")
         self._token: str | None = None
         self._basic: tuple[str, str] | None = None
-        user = os.environ.get("SPARK_IMAGES_REGISTRY_USER")
-        if user:
-            self._basic = (user, os.environ.get("SPARK_IMAGES_REGISTRY_PASSWORD", ""))
+        self._basic = defaults.registry_credentials()
 
     @classmethod
     def for_reference(cls, ref: ImageReference, **kwargs: Any) -> RegistryClient:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import math
-import os
 import queue
 import socket
 import threading
@@ -29,6 +28,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import requests
+
+from spark_images import defaults
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -66,12 +67,7 @@ def short_url(url: str, limit: int = 200) -> str:
 
 
 def meta_deadline_s() -> float:
-    raw = os.environ.get("SPARK_IMAGES_HTTP_TIMEOUT", "")
-    try:
-        value = float(raw) if raw else META_DEADLINE_S
-    except ValueError:
-        return META_DEADLINE_S
-    return value if math.isfinite(value) and value > 0 else META_DEADLINE_S
+    return defaults.http_deadline_s()
 
 
 def download_deadline_s(size: int) -> float:

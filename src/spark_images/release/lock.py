@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict
 
+from spark_images import defaults
 from spark_images.core import atomic, inputs
 from spark_images.core.errors import Finding, Problem, UsageError
 from spark_images.profiles import values as profile_values
@@ -88,7 +89,7 @@ class LockDocument(TypedDict):
 
 
 LOCK_VERSION = 1
-DEFAULT_LOCK = "images.lock.json"
+DEFAULT_LOCK = defaults.LOCK_FILE
 HEX40 = profile_values.HEX40  # one pattern for a full commit, where profiles pin it; always .fullmatch
 
 REQUIRED_STR = (
