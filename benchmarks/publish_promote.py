@@ -29,7 +29,8 @@ import time
 import uuid
 from pathlib import Path
 
-from spark_images.registry.push import Repository, push_oci_archive
+from spark_images.registry.push import push_oci_archive
+from spark_images.registry.reference import ImageReference
 from spark_images.registry.tags import TagClient
 
 REGISTRY = os.environ.get("SPARK_IMAGES_TEST_REGISTRY", "127.0.0.1:5000")
@@ -84,7 +85,7 @@ def docker(*args: str) -> None:
 def measure(megabytes: int) -> tuple[float, float]:
     """Median seconds (ours, docker) to promote one tag to a candidate of that size."""
     name = f"bench/promote-{uuid.uuid4().hex[:8]}"
-    repo = Repository(REGISTRY, name)
+    repo = ImageReference(REGISTRY, name)
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "candidate.tar"
         digest = candidate_archive(archive, megabytes)

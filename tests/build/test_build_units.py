@@ -20,6 +20,7 @@ from spark_images.build import pipeline, repro, summary
 from spark_images.core.errors import EnvironmentProblem, Finding, UsageError
 from spark_images.engine import build as engine_build
 from spark_images.registry import push
+from spark_images.registry.reference import ImageReference
 from spark_images.release import lock
 
 DIGEST = "sha256:" + "ab" * 32
@@ -145,7 +146,7 @@ def test_concurrent_writers_lose_no_entry(tmp_path: Path) -> None:
 )
 def test_parse_push_target(target: str, host: str, name: str, tags: tuple[str, ...]) -> None:
     repo, got = push.parse_push_target(target)
-    assert (repo.host, repo.name, got) == (host, name, tags)
+    assert (repo.host, repo.repository, got) == (host, name, tags)
 
 
 @pytest.mark.parametrize("target", ["spark-vllm", "ghcr.io/Owner/x", "ghcr.io/x@sha256:" + "0" * 64, "h.io/x:bad tag"])
@@ -155,8 +156,8 @@ def test_parse_push_target_refuses(target: str) -> None:
 
 
 def test_loopback_is_plain_http_and_others_https() -> None:
-    assert push.Repository("127.0.0.1:5000", "a").base_url == "http://127.0.0.1:5000/v2/a"
-    assert push.Repository("ghcr.io", "o/a").base_url == "https://ghcr.io/v2/o/a"
+    assert ImageReference("127.0.0.1:5000", "a").api_base == "http://127.0.0.1:5000/v2/a"
+    assert ImageReference("ghcr.io", "o/a").api_base == "https://ghcr.io/v2/o/a"
 
 
 @pytest.mark.parametrize(

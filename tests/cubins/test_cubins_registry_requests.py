@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from spark_images.registry.client import RegistryClient, RegistryError, is_loopback
-from spark_images.registry.push import Repository
+from spark_images.registry.reference import ImageReference
 
 
 class PutServer:
@@ -86,4 +86,4 @@ def test_loopback_hosts_speak_plain_http(host: str, loopback: bool) -> None:
     scheme = "http" if loopback else "https"
     assert is_loopback(host) is loopback
     assert RegistryClient(host, "a").scheme == scheme
-    assert Repository(host, "a").base_url == f"{scheme}://{host}/v2/a"
+    assert ImageReference(host, "a").api_base == f"{scheme}://{host}/v2/a"

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from spark_images.registry.push import Repository, push_oci_archive
+from spark_images.registry.push import push_oci_archive
+from spark_images.registry.reference import ImageReference
 
 COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"
 
@@ -98,7 +99,7 @@ def push_candidate(local_registry: str, tmp_path: Path) -> PushCandidate:
     def push(name: str, payload: bytes) -> tuple[str, str]:
         archive = tmp_path / f"{uuid.uuid4().hex}.tar"
         digest = make_oci_archive(archive, payload)
-        result = push_oci_archive(archive, Repository(local_registry, name), digest=digest)
+        result = push_oci_archive(archive, ImageReference(local_registry, name), digest=digest)
         assert result.digest == digest
         return f"{local_registry}/{name}", digest
 

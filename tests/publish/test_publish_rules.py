@@ -41,7 +41,7 @@ def test_bad_tags_are_named() -> None:
 def test_gated_entry_may_be_promoted(good: dict[str, Any]) -> None:
     assert rules.promotion_problems(_lock(good), "cu130", "images.lock.json") == []
     ref = rules.image_ref(good)
-    assert (ref.host, ref.name, ref.digest) == ("ghcr.io", "spark/vllm", DIGEST_A)
+    assert (ref.host, ref.repository, ref.digest) == ("ghcr.io", "spark/vllm", DIGEST_A)
     assert str(ref) == f"ghcr.io/spark/vllm@{DIGEST_A}"
 
 

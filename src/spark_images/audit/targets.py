@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spark_images.audit.releases import parse_tag
+from spark_images.registry.reference import ImageReference, names_registry
 
 _HEX = re.compile(r"^g?([0-9a-f]{7,40})$")
 _REQUIREMENT = re.compile(r"^vllm\s*==\s*(?P<version>[^\s;]+)$", re.IGNORECASE)
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})(?:$|[.+])")
-_REGISTRY_REF = re.compile(r"^(?P<host>[a-z0-9.-]+(?::\d+)?|localhost)/[a-z0-9._/-]+(?::[\w.-]+)?(?:@sha256:[0-9a-f]{64})?$")
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,7 @@ def classify(text: str, exists: bool | None = None) -> TargetSpec:
 
 
 def _is_image_reference(raw: str) -> bool:
-    """The registry module's one grammar when this build has it, else the local pattern."""
-    try:
-        from spark_images.registry.reference import ImageReference, names_registry
-    except ImportError:
-        m = _REGISTRY_REF.match(raw)
-        return bool(m and ("." in m.group("host") or ":" in m.group("host") or m.group("host") == "localhost"))
+    """The one reference grammar (registry.reference)."""
     return names_registry(raw) and ImageReference.parse_or_none(raw) is not None
 
 

@@ -34,7 +34,7 @@ from spark_images.build.record import BuildRecord, stage
 from spark_images.build.stages import Audited, Built, Gated, Scanned, StageError, Validated
 from spark_images.core import atomic
 from spark_images.core.errors import EXIT_FINDING, EXIT_USAGE, SparkImagesError
-from spark_images.registry.push import Repository
+from spark_images.registry.reference import ImageReference
 from spark_images.release import lock
 
 # kept here: the line's callers and tests name them as pipeline.*
@@ -48,7 +48,7 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class BuildOptions:
     profile: Path
-    push: Repository | None = None  # parsed at the CLI edge: HOST/NAME, no tag
+    push: ImageReference | None = None  # parsed at the CLI edge: HOST/NAME, no tag
     cache: str | None = None
     ca_cert: Path | None = None
     dry_run: bool = False

@@ -41,6 +41,7 @@ from spark_images.build.stages import (
 from spark_images.core.errors import EnvironmentProblem, SparkImagesError
 from spark_images.engine import build as engine_build
 from spark_images.registry import push as registry_push
+from spark_images.registry.reference import ImageReference
 from spark_images.release import lock
 
 Log = Callable[[str], None]
@@ -169,7 +170,7 @@ def build_request(
 
 def build(
     v: Validated, a: Audited, r: Rendered, work: Path, *,
-    push: registry_push.Repository | None, ca_cert: Path | None, cache: str | None, no_cache: bool,
+    push: ImageReference | None, ca_cert: Path | None, cache: str | None, no_cache: bool,
     log: Log, timings: dict[str, float],
 ) -> Built:  # fmt: skip
     """Build, load into the engine, and push by digest only (tags move only in `publish`)."""

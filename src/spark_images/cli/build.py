@@ -21,7 +21,6 @@ from pathlib import Path
 from spark_images.build import pipeline, summary
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.core.errors import UsageError
-from spark_images.registry import push as registry_push
 from spark_images.registry.reference import ImageReference
 from spark_images.release import lock
 
@@ -78,7 +77,7 @@ def check_inputs(args: argparse.Namespace) -> None:
         raise UsageError(f"--ca-cert {args.ca_cert}: no such file")
 
 
-def push_repository(target: str | None) -> registry_push.Repository | None:
+def push_repository(target: str | None) -> ImageReference | None:
     """`--push HOST/NAME` as a repository; a tag or digest in it is a usage error (exit 2)."""
     if target is None:
         return None
@@ -90,7 +89,7 @@ def push_repository(target: str | None) -> registry_push.Repository | None:
             f"here (fix: `--push {ref.host}/{ref.repository}`, then `spark-images publish PROFILE --tag TAG` "
             "moves tags once the gates proved the digest)"
         )
-    return registry_push.Repository(host=ref.host, name=ref.repository)
+    return ImageReference(ref.host, ref.repository)
 
 
 def stderr_log(line: str) -> None:

@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     ref = rules.image_ref(entry)
 
     # every read and every fallible step first ...
-    client = registry_tags.TagClient(ref.host, ref.name, insecure_http=True if args.registry_insecure else None)
+    client = registry_tags.TagClient(ref.host, ref.repository, insecure_http=True if args.registry_insecure else None)
     manifest = client.get_manifest(ref.digest)
     current = {tag: client.tag_digest(tag) for tag in dict.fromkeys(tag_list)}
     steps, refusals = rules.plan_tags(ref.digest, tag_list, current)
@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             # read back: a tag counts as published only once the registry resolves it
             wrong = [f"{t} -> {d}" for t in current if (d := client.tag_digest(t)) != ref.digest]
             if wrong:
-                raise EnvironmentProblem(f"{ref.repository}: after the PUT the registry resolves {', '.join(wrong)}, not {ref.digest}")
+                raise EnvironmentProblem(f"{ref.name}: after the PUT the registry resolves {', '.join(wrong)}, not {ref.digest}")
             lockfile.update_entry(lock_path, profile, promoted)
             if staged is not None:
                 staged.commit()
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     doc = {
         "profile": profile,
         "image": str(ref),
-        "repository": ref.repository,
+        "repository": ref.name,
         "digest": ref.digest,
         "media_type": manifest.media_type,
         "dry_run": bool(args.dry_run),
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         "pr_title": rules.lock_pr_title(profile, entry),
     }
     verb = "would " if args.dry_run else ""
-    lines = [f"{verb}{s.line(ref.repository)}" for s in steps]
+    lines = [f"{verb}{s.line(ref.name)}" for s in steps]
     lines.append(
         f"{verb}record tags {', '.join(current)} in {display_path(lock_path)} ({profile})"
         if args.dry_run

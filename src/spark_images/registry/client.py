@@ -43,11 +43,6 @@ TIMEOUT = (10, 60)  # connect, read between bytes; the overall deadline is regis
 CHUNK = 1 << 20
 
 
-# One grammar for every reference (registry.reference); these names stay for the callers
-# that took a reference from here before it existed.
-ImageRef = ImageReference
-
-
 def looks_like_reference(text: str) -> bool:
     """HOST/REPO[:TAG|@sha256:...] where HOST has a dot, a port, brackets, or is localhost."""
     return names_registry(text)

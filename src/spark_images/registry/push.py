@@ -26,7 +26,7 @@ import requests
 
 from spark_images.core.errors import EnvironmentProblem, UsageError
 from spark_images.registry import http
-from spark_images.registry.client import RegistryClient, is_loopback
+from spark_images.registry.client import RegistryClient
 from spark_images.registry.manifests import INDEX_TYPES, MANIFEST_TYPES, RegistryError
 from spark_images.registry.reference import ImageReference
 
@@ -35,30 +35,10 @@ UPLOAD_TRIES = 3
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class Repository:
-    """HOST[:PORT]/NAME as the distribution API addresses it."""
-
-    host: str
-    name: str
-
-    @property
-    def base_url(self) -> str:
-        scheme = "http" if is_loopback(self.host) else "https"
-        return f"{scheme}://{self.host}/v2/{self.name}"
-
-    def __str__(self) -> str:
-        return f"{self.host}/{self.name}"
-
-    @property
-    def reference(self) -> ImageReference:
-        return ImageReference(self.host, self.name)
-
-
-def parse_push_target(target: str) -> tuple[Repository, tuple[str, ...]]:
-    """`HOST/NAME[:TAG]` -> (Repository, tags). Pure; UsageError when unusable."""
+def parse_push_target(target: str) -> tuple[ImageReference, tuple[str, ...]]:
+    """`HOST/NAME[:TAG]` -> (the repository, tags). Pure; UsageError when unusable."""
     ref = ImageReference.parse(target.strip(), what="--push", allow_digest=False)
-    return Repository(host=ref.host, name=ref.repository), ((ref.tag,) if ref.tag else ())
+    return ImageReference(ref.host, ref.repository), ((ref.tag,) if ref.tag else ())
 
 
 @dataclass(frozen=True)
@@ -112,8 +92,8 @@ def _manifest_descriptor(index: dict[str, Any], digest: str | None) -> dict[str,
     return manifests[0]
 
 
-def _client(repo: Repository, session: requests.Session | None) -> RegistryClient:
-    return RegistryClient(repo.host, repo.name, session=session)
+def _client(repo: ImageReference, session: requests.Session | None) -> RegistryClient:
+    return RegistryClient(repo.host, repo.repository, session=session)
 
 
 def _upload_blob(c: RegistryClient, digest: str, open_blob: Callable[[], tuple[IO[bytes], int]]) -> bool:
@@ -158,7 +138,7 @@ def _blob_digests(manifest: dict[str, Any]) -> Iterable[str]:
 
 def push_oci_archive(
     archive: Path,
-    target: Repository,
+    target: ImageReference,
     tags: Iterable[str] = (),
     digest: str | None = None,
     on_progress: Progress | None = None,
@@ -199,7 +179,7 @@ def push_oci_archive(
         oci.tar.close()
 
 
-def registry_digest(target: Repository, ref: str, session: requests.Session | None = None) -> str:
+def registry_digest(target: ImageReference, ref: str, session: requests.Session | None = None) -> str:
     """The digest the registry reports for a tag or digest (HEAD on the manifest)."""
     digest = _client(target, session).manifest_digest(ref)
     if digest is None:

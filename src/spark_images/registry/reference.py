@@ -138,11 +138,6 @@ class ImageReference:
             raise BadReference(f"{label}: give a repository without a tag (HOST/NAME)")
         return ref
 
-    @classmethod
-    def parse_repository(cls, text: str, *, what: str = "") -> ImageReference:
-        """`HOST/NAME` with neither tag nor digest."""
-        return cls.parse(text, what=what, allow_tag=False, allow_digest=False)
-
     @staticmethod
     def problem(text: str) -> str | None:
         """None when TEXT parses; otherwise why not (for Problem lines)."""
@@ -184,18 +179,10 @@ class ImageReference:
             raise ValueError(f"{self} has no digest")
         return f"{self.name}@{self.digest}"
 
-    def with_tag(self, tag: str | None) -> ImageReference:
-        if tag is not None and not is_tag(tag):
-            raise BadReference(f"{_printable(tag)!r}: not a valid tag")
-        return replace(self, tag=tag)
-
     def with_digest(self, digest: str | None) -> ImageReference:
         if digest is not None and not is_digest(digest):
             raise BadReference(f"{_printable(digest)!r}: not a sha256 digest")
         return replace(self, digest=digest)
-
-    def repository_only(self) -> ImageReference:
-        return replace(self, tag=None, digest=None)
 
     def __str__(self) -> str:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")

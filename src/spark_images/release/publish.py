@@ -65,22 +65,6 @@ def tag_problems(tags: Sequence[str]) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class ImageRef:
-    """Where a lock entry's image lives: registry host, repository name, digest."""
-
-    host: str
-    name: str
-    digest: str
-
-    @property
-    def repository(self) -> str:
-        return f"{self.host}/{self.name}"
-
-    def __str__(self) -> str:
-        return f"{self.repository}@{self.digest}"
-
-
 def _problem(lock_file: str, profile: str, field: str, message: str, fix: str) -> Problem:
     where = f"images.{profile}.{field}" if field else f"images.{profile}"
     return Problem(file=lock_file, field=where, message=message, fix=fix, rule="publish")
@@ -185,12 +169,12 @@ def split_repository(repository: str) -> tuple[str, str] | None:
     return ref.host, ref.repository
 
 
-def image_ref(entry: Mapping[str, Any]) -> ImageRef:
+def image_ref(entry: Mapping[str, Any]) -> ImageReference:
     """The entry's image; call only after `promotion_problems` found none."""
     split = split_repository(str(entry["repository"]))
     if split is None:  # guarded by promotion_problems; kept for type narrowing
         raise ValueError(f"bad repository {entry['repository']!r}")
-    return ImageRef(host=split[0], name=split[1], digest=str(entry["digest"]))
+    return ImageReference(split[0], split[1], digest=str(entry["digest"]))
 
 
 def coherence_section(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
