@@ -12,12 +12,13 @@ against their digests as they stream.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from spark_images.core.errors import UsageError
 from spark_images.readers.common import READ_CHUNK, Member, Progress, Want
@@ -163,6 +164,27 @@ class ImageArchive:
             out.append((_digest_from_name(name) or name, name))
         return out
 
+    # --- the archive's documents and blobs as they are, for a byte-exact push ---------
+
+    def index(self) -> Any:
+        """index.json as parsed JSON (size-limited like every metadata document)."""
+        return self._json("index.json")
+
+    def document(self, digest: str) -> bytes:
+        """A manifest or config blob's bytes, size-limited and checked against its digest."""
+        name = self._blob_name(digest)
+        raw = self._read(name)
+        if "sha256:" + hashlib.sha256(raw).hexdigest() != digest:
+            raise UsageError(f"{self.where}: {name} does not match its digest {digest} (corrupt archive)")
+        return raw
+
+    def blob(self, digest: str) -> tuple[IO[bytes], int]:
+        """A fresh stream over one blob of any size, and that size (the caller closes it)."""
+        member = self.members.get(self._blob_name(digest))
+        if member is None:
+            raise UsageError(f"{self.where}: blob {digest} is missing from the archive")
+        return _Window(self.path, member.offset_data, member.size), member.size
+
     def layers(self, progress: Progress) -> list[tuple[str, Opener]]:
         _digest, layers = self.image()
         out: list[tuple[str, Opener]] = []
@@ -180,6 +202,39 @@ class ImageArchive:
             out.append((digest, opener))
         progress.start(f"{self.where}: reading {len(out)} layers", total)
         return out
+
+
+class _Window(io.RawIOBase):
+    """`size` bytes of a file from `offset`: one archive member, streamed without tarfile.
+
+    `__len__` and `tell` let an HTTP client send it with a Content-Length."""
+
+    def __init__(self, path: Path, offset: int, size: int) -> None:
+        super().__init__()
+        self._fh = path.open("rb")
+        self._fh.seek(offset)
+        self._size = self._left = size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._size - self._left
+
+    def readinto(self, buffer: Any) -> int:
+        want = min(len(buffer), self._left)
+        if want <= 0:
+            return 0
+        got = self._fh.readinto(memoryview(buffer)[:want]) or 0
+        self._left -= got
+        return got
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
 
 
 def _norm(name: str) -> str:

@@ -14,9 +14,7 @@ retries); the registry's own answers, not ours, decide success.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import tarfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import IO, Any
 import requests
 
 from spark_images.core.errors import EnvironmentProblem, UsageError
+from spark_images.readers.images import ImageArchive
 from spark_images.registry import http
 from spark_images.registry.client import RegistryClient
 from spark_images.registry.manifests import INDEX_TYPES, MANIFEST_TYPES, RegistryError
@@ -52,33 +51,6 @@ class PushResult:
     @property
     def reference(self) -> str:
         return f"{self.repository}@{self.digest}"
-
-
-class _Archive:
-    """Blobs of an OCI image layout tarball, read without unpacking it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.tar = tarfile.open(path, "r:*")  # noqa: SIM115 - closed by push()
-        self.members = {m.name.lstrip("./"): m for m in self.tar.getmembers() if m.isfile()}
-
-    def read(self, name: str) -> bytes:
-        return self.open(name).read()
-
-    def open(self, name: str) -> IO[bytes]:
-        member = self.members.get(name)
-        handle = self.tar.extractfile(member) if member is not None else None
-        if handle is None:
-            raise UsageError(f"{self.path}: no {name} in the OCI archive")
-        return handle
-
-    def blob(self, digest: str) -> tuple[IO[bytes], int]:
-        algo, _, hexd = digest.partition(":")
-        name = f"blobs/{algo}/{hexd}"
-        member = self.members.get(name)
-        if member is None:
-            raise UsageError(f"{self.path}: blob {digest} is missing from the OCI archive")
-        return self.open(name), member.size
 
 
 def _manifest_descriptor(index: dict[str, Any], digest: str | None) -> dict[str, Any]:
@@ -127,6 +99,8 @@ def _upload_blob(c: RegistryClient, digest: str, open_blob: Callable[[], tuple[I
         except RegistryError:
             if attempt + 1 == UPLOAD_TRIES:
                 raise
+        finally:
+            data.close()
     return True
 
 
@@ -147,36 +121,32 @@ def push_oci_archive(
     """Upload the single manifest of an OCI archive (or the one `digest` names)."""
     say = on_progress or (lambda _line: None)
     c = _client(target, session)
-    oci = _Archive(archive)
-    try:
-        index = json.loads(oci.read("index.json"))
-        desc = _manifest_descriptor(index, digest)
-        want = str(desc["digest"])
-        handle, _size = oci.blob(want)
-        body = handle.read()
-        if "sha256:" + hashlib.sha256(body).hexdigest() != want:
-            raise UsageError(f"{archive}: manifest blob does not match its digest {want}")
-        media_type = str(desc.get("mediaType") or json.loads(body).get("mediaType", ""))
-        if media_type in INDEX_TYPES:
-            raise UsageError(f"{archive}: {want} is an index; push a single-platform build")
-        if media_type not in MANIFEST_TYPES:
-            raise UsageError(f"{archive}: {want} has unknown media type {media_type!r}")
-        manifest = json.loads(body)
-        uploaded: list[str] = []
-        present: list[str] = []
-        for blob in _blob_digests(manifest):
-            if _upload_blob(c, blob, functools.partial(oci.blob, blob)):
-                uploaded.append(blob)
-                say(f"pushed blob {blob} ({oci.blob(blob)[1]} bytes)")
-            else:
-                present.append(blob)
-        tag_list = tuple(tags)
-        for ref in (want, *tag_list):
-            c.put_manifest(ref, body, media_type, want)
-        say(f"pushed {target}@{want}")
-        return PushResult(str(target), want, tag_list, tuple(uploaded), tuple(present))
-    finally:
-        oci.tar.close()
+    oci = ImageArchive(archive)  # the one archive reader, with its size limits
+    index = oci.index()
+    if not isinstance(index, dict):
+        raise UsageError(f"{archive}: index.json is not a JSON object")
+    desc = _manifest_descriptor(index, digest)
+    want = str(desc["digest"])
+    body = oci.document(want)
+    media_type = str(desc.get("mediaType") or json.loads(body).get("mediaType", ""))
+    if media_type in INDEX_TYPES:
+        raise UsageError(f"{archive}: {want} is an index; push a single-platform build")
+    if media_type not in MANIFEST_TYPES:
+        raise UsageError(f"{archive}: {want} has unknown media type {media_type!r}")
+    manifest = json.loads(body)
+    uploaded: list[str] = []
+    present: list[str] = []
+    for blob in _blob_digests(manifest):
+        if _upload_blob(c, blob, functools.partial(oci.blob, blob)):
+            uploaded.append(blob)
+            say(f"pushed blob {blob}")
+        else:
+            present.append(blob)
+    tag_list = tuple(tags)
+    for ref in (want, *tag_list):
+        c.put_manifest(ref, body, media_type, want)
+    say(f"pushed {target}@{want}")
+    return PushResult(str(target), want, tag_list, tuple(uploaded), tuple(present))
 
 
 def registry_digest(target: ImageReference, ref: str, session: requests.Session | None = None) -> str:
