@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from spark_images.audit import git as gitmod
 from spark_images.audit.history import subject_pr
+from spark_images.core.inputs import short
 
 MESSAGE_SIGNALS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bsm_?12[01x]\b|\bsm_?12\.x\b|\bsm12[01]a?\b", re.IGNORECASE), "SM12x"),
@@ -45,8 +46,7 @@ class Found:
 
 
 def _clip(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return short(" ".join(text.split()), limit)  # one line of a commit message or diff
 
 
 def message_evidence(subject: str, body: str) -> str | None:

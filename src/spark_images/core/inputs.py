@@ -151,9 +151,13 @@ def load_json(
 
 
 def short(text: str, limit: int = 200) -> str:
-    """Messages never carry an unbounded value."""
-    text = text.replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """A value for a message, the one shortener: bounded to `limit` characters, control
+    characters escaped (a newline in a value can never start a second line)."""
+    cut = len(text) > limit
+    text = text[: limit - 3] if cut else text
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return text + ("..." if cut else "")
 
 
 def display_path(path: str | os.PathLike[str]) -> str:

@@ -20,6 +20,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from spark_images.core.inputs import short
+
 TLS = "tls"
 TLS_ENGINE = "tls-engine"  # BuildKit itself (pulling the base image), not a RUN step
 DNS = "dns"
@@ -96,14 +98,10 @@ class Cause:
         return REMEDY[self.kind][1]
 
     def quote(self) -> str:
-        quoted = f"`{_clip(self.line)}`"
+        quoted = f"`{short(self.line, 400)}`"
         if self.error_line and self.error_line != self.line:
-            quoted += f", then `{_clip(self.error_line)}`"
+            quoted += f", then `{short(self.error_line, 400)}`"
         return quoted
-
-
-def _clip(line: str, limit: int = 400) -> str:
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def kind_of(line: str) -> str | None:
@@ -157,4 +155,4 @@ def error_summary(lines: Sequence[str]) -> str:
     picked = list(dict.fromkeys([*steps[-3:], *final]))
     if not picked:
         picked = stripped[-5:]
-    return " | ".join(_clip(line) for line in picked)[-2000:] or "buildx failed without a message"
+    return " | ".join(short(line, 400) for line in picked)[-2000:] or "buildx failed without a message"

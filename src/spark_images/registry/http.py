@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import requests
 
 from spark_images import defaults
+from spark_images.core.inputs import short
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -63,7 +64,7 @@ class TooLarge(HttpProblem):
 
 
 def short_url(url: str, limit: int = 200) -> str:
-    return url if len(url) <= limit else url[: limit - 3] + "..."
+    return short(url, limit)
 
 
 def meta_deadline_s() -> float:

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, replace
 
 from spark_images.core.errors import UsageError
+from spark_images.core.inputs import short
 
 _COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
 _DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
@@ -69,12 +70,6 @@ def hostname_of(host: str) -> str:
 def is_loopback(host: str) -> bool:
     """HOST[:PORT] names this machine: such registries speak plain HTTP."""
     return hostname_of(host) in LOOPBACK
-
-
-def _printable(text: str, limit: int = 200) -> str:
-    """TEXT for a message: control characters escaped (a newline cannot start a second line), cut."""
-    shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text[:limit])
-    return shown + ("..." if len(text) > limit else "")
 
 
 def _why_not(text: str) -> str:
@@ -127,7 +122,7 @@ class ImageReference:
         allow_digest: bool = True,
     ) -> ImageReference:
         """The reference TEXT names, or BadReference with one line (prefixed by `what`)."""
-        shown = _printable(text)
+        shown = short(text)
         label = f"{what} {shown}" if what else shown
         ref = cls.parse_or_none(text)
         if ref is None:
@@ -181,7 +176,7 @@ class ImageReference:
 
     def with_digest(self, digest: str | None) -> ImageReference:
         if digest is not None and not is_digest(digest):
-            raise BadReference(f"{_printable(digest)!r}: not a sha256 digest")
+            raise BadReference(f"{short(digest)!r}: not a sha256 digest")
         return replace(self, digest=digest)
 
     def __str__(self) -> str:
