@@ -72,7 +72,9 @@ def test_the_typed_lock_model_is_what_make_entry_promote_and_the_checker_use() -
     assert set(candidate) <= set(hints) and required <= set(candidate)
     promoted = lock.promote(entry(coherence={"status": "passed", "image": f"r@{DIGEST}"}), None)
     assert set(promoted) <= set(hints) and {"state", "promoted"} <= optional
-    assert all(hints[key] is str and key in required for key in lock.REQUIRED_STR)
+    # the file schema (reader, writers, `schema lock`) declares exactly the model's keys
+    assert set(lock.ENTRY_SPEC) == set(hints)
+    assert {key for key, spec in lock.ENTRY_SPEC.items() if spec.required} <= required
     for section in ("audit", "coherence"):
         assert set(candidate[section]) <= set(typing.get_type_hints(lock.GateSummary))
     assert set(candidate["cubins"]) <= set(typing.get_type_hints(lock.CubinSummary))

@@ -122,7 +122,7 @@ def test_failed_gate_leaves_tags_and_lock_untouched(
     assert code == 1
     assert doc["error"] == "Finding"
     # a failed gate never passes the lock's own schema; a skipped one is refused by publish
-    assert ("gate did not pass" in err) or ("status not one of passed, skipped" in err)
+    assert ("gate did not pass" in err) or ("coherence.status: 'failed' is not one of passed, skipped" in err)
     assert "Traceback" not in err
     assert resolve(repository, "cu130") is None
     assert lock.read_bytes() == before

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from datetime import date
 from typing import Any
 
 import pytest
 
+from spark_images.release import lock as lockfile
 from spark_images.release import publish as rules
 
 COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"
@@ -181,3 +185,22 @@ def test_entry_with_coherence_keeps_only_the_lock_fields(good: dict[str, Any]) -
     entry = rules.entry_with_coherence({**good, "coherence": {"status": "skipped", "reason": "no GPU"}}, section)
     assert entry["coherence"] == {"status": "passed"}
     assert entry["digest"] == good["digest"]
+
+
+
+def test_schema_lock_is_the_declaration_the_lock_reader_checks(good: dict[str, Any]) -> None:
+    """`spark-images schema lock` prints the JSON Schema of the one declaration
+    (lock.LOCK_SPEC) that the lock reader checks files against: an entry make_entry
+    wrote passes, and what the reader refuses by shape the exported schema names."""
+    proc = subprocess.run([sys.executable, "-m", "spark_images", "schema", "lock"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    exported = json.loads(proc.stdout)
+    assert exported == lockfile.lock_json_schema()
+    entry_schema = exported["properties"]["images"]["additionalProperties"]
+    assert set(entry_schema["properties"]) == set(lockfile.ENTRY_SPEC)
+    assert entry_schema["properties"]["fixes_included"]["items"]["type"] == "integer"
+    assert entry_schema["properties"]["digest"]["pattern"].startswith("^(?:sha256:")
+    assert lockfile.lock_problems(_lock(good), "f") == []
+    bad = _lock({**good, "fixes_included": [True, False]})  # bool is an int in Python: refused here
+    fields = [p.field for p in lockfile.lock_problems(bad, "f")]
+    assert fields == ["images.cu130.fixes_included[0]", "images.cu130.fixes_included[1]"]

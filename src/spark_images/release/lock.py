@@ -11,10 +11,11 @@ An entry without `state` (older locks) is a candidate. Writes are atomic and
 serialised with an flock on the lock's directory, so two builds finishing at
 once do not lose each other's entry.
 
-The document is described once, by the typed model below (`LockDocument`,
-`LockEntry` and its sections); `lock_problems` checks a file read from disk
-against it, one line per broken field, and `make_entry` / `promote` build
-entries of that type. Written with sorted keys (`atomic.dumps_json`).
+The document is described once: the typed model below (`LockDocument`,
+`LockEntry` and its sections) for the code, and `LOCK_SPEC`, the same fields as
+a declarative schema, for files: `lock_problems` checks a file read from disk
+against it, one line per broken field, the writers check their own entries
+with it, and `spark-images schema lock` exports it as JSON Schema. Written with sorted keys (`atomic.dumps_json`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from spark_images import defaults
 from spark_images.core import atomic, inputs
 from spark_images.core.errors import Finding, Problem, UsageError
 from spark_images.profiles import values as profile_values
-from spark_images.registry.reference import is_digest  # the one digest grammar: a full match
+from spark_images.profiles.schema import Field, Validator, json_schema, validate
 
 
 # Optional keys sit in a `total=False` subclass: under postponed annotations (this module's
@@ -92,18 +93,6 @@ LOCK_VERSION = 1
 DEFAULT_LOCK = defaults.LOCK_FILE
 HEX40 = profile_values.HEX40  # one pattern for a full commit, where profiles pin it; always .fullmatch
 
-REQUIRED_STR = (
-    "profile",
-    "image",
-    "repository",
-    "digest",
-    "vllm_commit",
-    "vllm_version",
-    "cuda_version",
-    "cuda_line",
-    "arch_list",
-    "created",
-)
 GATE_STATUSES = ("passed", "skipped")
 CANDIDATE = "candidate"
 PROMOTED = "promoted"
@@ -129,72 +118,107 @@ def _shown(value: Any, limit: int = 80) -> str:
 
 def _key(name: str, limit: int = 80) -> str:
     """A profile name from the lock for a field path: control characters escaped (one line), clipped."""
-    text = str(name)
-    shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text[:limit])
-    return shown + ("..." if len(text) > limit else "")
+    return inputs.short(str(name), limit)
+
+
+# --- the schema: one declaration for the reader, the writer's self-check and `spark-images schema lock`
+
+
+def _not_empty(value: Any) -> str | None:
+    return "is empty" if value == "" else None
+
+
+def _rebuilt(doc: str, **kw: Any) -> Field:
+    """A string field `build` writes: required, not empty."""
+    return Field(str, doc=doc, check=_not_empty, **kw)
+
+
+_GATE = {
+    "status": Field(str, enum=GATE_STATUSES, doc="passed, or skipped with the reason"),
+    "reason": Field(str, required=False, max_length=2048, doc="why the gate was skipped"),
+}
+_CUBINS = {
+    "verdict": Field(str, doc="the cubin verdict of the build's own scan (cubins.verdict)"),
+    "gpu": Field(str, required=False, doc="the GPU the verdict is for, e.g. sm_121"),
+    "key": Field(dict, required=False, doc="what the verdict was computed for: digest, tool_version, gpu, globs"),
+}
+# base_image, fixes_required, source_date_epoch and tags: always written, but locks written
+# before them are still read (as they always were)
+_PR_NUMBERS = Field(list, items=Field(int, doc="a pull request number"), max_items=1024)
+ENTRY_SPEC: dict[str, Field] = {
+    "profile": _rebuilt("the profile file, e.g. profiles/cu130.yaml", max_length=1024),
+    "image": _rebuilt("REPOSITORY@DIGEST", max_length=512),
+    "repository": _rebuilt("HOST/NAME of the image", max_length=512),
+    "digest": Field(str, pattern=r"sha256:[0-9a-f]{64}", what="sha256:<64 hex>", doc="the manifest digest"),
+    "vllm_commit": Field(str, pattern=HEX40.pattern.strip("^$"), what="a 40-hex commit", doc="the pinned vLLM commit"),
+    "vllm_version": _rebuilt("the pinned vLLM version"),
+    "cuda_version": _rebuilt("e.g. 13.0.2"),
+    "cuda_line": _rebuilt("e.g. cu130"),
+    "arch_list": _rebuilt("TORCH_CUDA_ARCH_LIST of the build, e.g. 12.0f"),
+    "base_image": Field(str, required=False, max_length=1024, doc="NAME:TAG@sha256:... the build started from"),
+    "pins": Field(dict, keys=Field(str, max_length=128), values=Field(str, max_length=128), doc="name -> version"),
+    "fixes_required": Field(list, required=False, items=_PR_NUMBERS.items, max_items=1024, doc="the plan's PRs"),
+    "fixes_included": Field(list, items=_PR_NUMBERS.items, max_items=1024, doc="the PRs the audit found, ascending"),
+    "audit": Field(dict, children=_GATE, doc="the audit gate"),
+    "cubins": Field(dict, children=_CUBINS, doc="the cubin gate"),
+    "coherence": Field(dict, children=_GATE, doc="the coherence gate (skipped unless built on a Spark)"),
+    "created": _rebuilt("RFC 3339, from SOURCE_DATE_EPOCH"),
+    "source_date_epoch": Field(int, required=False, doc="seconds since the epoch of every timestamp in the image"),
+    "tags": Field(list, required=False, items=Field(str, max_length=128), doc="the tags publish moved here"),
+    "state": Field(str, required=False, enum=STATES, doc="candidate (build) or promoted (publish)"),
+    "promoted": Field(dict, required=False, keys=Field(str, max_length=64), values=Field(str, max_length=512),
+                      doc="set by publish: coherence_image"),
+}
+LOCK_SPEC: dict[str, Field] = {
+    "lock_version": Field(int, check=lambda v: None if v == LOCK_VERSION else f"{_shown(v)} is not {LOCK_VERSION}",
+                          doc="regenerate it with this version of spark-images"),
+    "images": Field(dict, keys=Field(str, max_length=128), values=Field(dict, children=ENTRY_SPEC),
+                    doc="profile name -> its image"),
+}
+
+
+def lock_json_schema() -> dict[str, Any]:
+    """The JSON Schema of images.lock.json (`spark-images schema lock`), from the one declaration."""
+    return json_schema(LOCK_SPEC, title="spark-images images.lock.json")
+
+
+def _entry_rules(entry: Mapping[str, Any], file: str, where: str) -> list[Problem]:
+    """What a field-by-field schema cannot say: how the fields of one entry agree."""
+    out: list[Problem] = []
+    digest, repo = entry.get("digest"), entry.get("repository")
+    if isinstance(digest, str) and isinstance(repo, str) and entry.get("image") != f"{repo}@{digest}":
+        out.append(Problem(file, f"{where}.image", f"must be repository@digest ({_key(f'{repo}@{digest}', 200)})"))
+    coherence = entry.get("coherence")
+    if entry.get("state") == PROMOTED and not (isinstance(coherence, dict) and coherence.get("status") == "passed"):
+        out.append(Problem(file, f"{where}.state", "promoted, but the coherence gate did not pass",
+                           "promote only through `spark-images publish`"))
+    for gate in ("audit", "coherence"):
+        section = entry.get(gate)
+        if isinstance(section, dict) and section.get("status") == "skipped" and not section.get("reason"):
+            out.append(Problem(file, f"{where}.{gate}", "skipped without a reason"))
+    return out
 
 
 def entry_problems(entry: Mapping[str, Any], file: str, name: str) -> list[Problem]:
     """Every way `entry` breaks the schema (pure)."""
     where = f"images.{_key(name)}"
-    out: list[Problem] = []
-
-    def bad(field: str, message: str, fix: str = "") -> None:
-        out.append(Problem(file, f"{where}.{field}", message, fix))
-
-    for key in REQUIRED_STR:
-        if not isinstance(entry.get(key), str) or not entry.get(key):
-            bad(key, "missing or not a string", "rebuild the image with `spark-images build`")
-    digest, repo = entry.get("digest"), entry.get("repository")
-    if isinstance(digest, str) and not is_digest(digest):
-        bad("digest", f"{_shown(digest)} is not sha256:<64 hex>")
-    if isinstance(digest, str) and isinstance(repo, str) and entry.get("image") != f"{repo}@{digest}":
-        bad("image", f"must be repository@digest ({_key(f'{repo}@{digest}', 200)})")
-    commit = entry.get("vllm_commit")
-    if isinstance(commit, str) and not HEX40.fullmatch(commit):
-        bad("vllm_commit", f"{_shown(commit)} is not a 40-hex commit")
-    if not isinstance(entry.get("pins"), dict):
-        bad("pins", "missing or not a mapping")
-    fixes = entry.get("fixes_included")
-    if not isinstance(fixes, list) or not all(isinstance(n, int) for n in fixes):
-        bad("fixes_included", "missing or not a list of PR numbers")
-    if not isinstance(entry.get("tags", []), list):
-        bad("tags", "not a list")
-    state = entry.get("state", CANDIDATE)
-    if state not in STATES:
-        bad("state", f"{_shown(state)} is not one of {', '.join(STATES)}")
-    elif state == PROMOTED and (entry.get("coherence") or {}).get("status") != "passed":
-        bad("state", "promoted, but the coherence gate did not pass", "promote only through `spark-images publish`")
-    cubins = entry.get("cubins")
-    if not isinstance(cubins, dict) or "verdict" not in cubins:
-        bad("cubins", "missing the cubin verdict")
-    for gate in ("coherence", "audit"):
-        section = entry.get(gate)
-        if not isinstance(section, dict) or section.get("status") not in GATE_STATUSES:
-            bad(gate, f"missing, or status not one of {', '.join(GATE_STATUSES)}")
-        elif section["status"] == "skipped" and not section.get("reason"):
-            bad(gate, "skipped without a reason")
-    return out
+    checker = Validator(file=file)
+    checker.value(entry, Field(dict, children=ENTRY_SPEC), where)
+    fix = "rebuild the image with `spark-images build`"
+    found = [p if p.fix else Problem(p.file, p.field, p.message, fix) for p in checker.problems]
+    return found + (_entry_rules(entry, file, where) if isinstance(entry, dict) else [])
 
 
 def lock_problems(doc: Any, file: str) -> list[Problem]:
     """Every way a whole lock document breaks the schema (pure)."""
     if not isinstance(doc, dict):
         return [Problem(file, "", "not a JSON object", f"delete it or restore it from git ({DEFAULT_LOCK})")]
-    out: list[Problem] = []
-    if doc.get("lock_version") != LOCK_VERSION:
-        out.append(
-            Problem(file, "lock_version", f"{_shown(doc.get('lock_version'))} is not {LOCK_VERSION}",
-                    "regenerate it with this version of spark-images")
-        )
+    out = validate(doc, LOCK_SPEC, file)
     images = doc.get("images")
-    if not isinstance(images, dict):
-        return [*out, Problem(file, "images", "missing or not a mapping")]
-    for name, entry in sorted(images.items()):
-        if not isinstance(entry, dict):
-            out.append(Problem(file, f"images.{_key(name)}", "not a mapping"))
-            continue
-        out.extend(entry_problems(entry, file, name))
+    if isinstance(images, dict):
+        for name, entry in sorted(images.items(), key=lambda kv: str(kv[0])):
+            if isinstance(entry, dict):
+                out.extend(_entry_rules(entry, file, f"images.{_key(name)}"))
     return out
 
 
