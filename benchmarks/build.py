@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests" / "build"))
 
 import build_helpers as h  # noqa: E402
 
-from spark_images.build import plan, render  # noqa: E402
+from spark_images.buildline import plan, render  # noqa: E402
 from spark_images.profiles import profile as profiles  # noqa: E402
 
 REGISTRY = os.environ.get("SPARK_IMAGES_TEST_REGISTRY", "127.0.0.1:5000")

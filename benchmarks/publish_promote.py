@@ -29,6 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
+from spark_images.readers.images import ImageArchive
 from spark_images.registry.push import push_oci_archive
 from spark_images.registry.reference import ImageReference
 from spark_images.registry.tags import TagClient
@@ -89,7 +90,7 @@ def measure(megabytes: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "candidate.tar"
         digest = candidate_archive(archive, megabytes)
-        push_oci_archive(archive, repo, digest=digest)
+        push_oci_archive(ImageArchive(archive), repo, digest=digest)
     client = TagClient(REGISTRY, name)
 
     ours: list[float] = []

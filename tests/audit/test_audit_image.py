@@ -52,10 +52,11 @@ def oci_archive(path: Path, files: dict[str, bytes]) -> Path:
 
 
 def push(archive: Path, ref: str) -> None:
+    from spark_images.readers.images import ImageArchive
     from spark_images.registry.push import parse_push_target, push_oci_archive
 
     repo, tags = parse_push_target(ref)
-    push_oci_archive(archive, repo, tags)
+    push_oci_archive(ImageArchive(archive), repo, tags)
 
 
 def metadata(version: str) -> bytes:

@@ -15,8 +15,8 @@ from audit_histories import VllmLike, git
 
 from spark_images.audit import check_required
 from spark_images.audit import git_parse as parse
-from spark_images.build.plan import PatchRef
-from spark_images.build.resolve import resolve_profile
+from spark_images.buildline.plan import PatchRef
+from spark_images.buildline.resolve import resolve_profile
 from spark_images.cli import main
 
 PROJECT = Path(__file__).resolve().parents[2]

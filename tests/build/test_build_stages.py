@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from build_helpers import CLI, DATA
 
-from spark_images.build import gates
-from spark_images.build.stages import FAILED, PASSED, SKIPPED, Audited, Gated, ScanKey, Scanned
+from spark_images.buildline import gates
+from spark_images.buildline.stages import FAILED, PASSED, SKIPPED, Audited, Gated, ScanKey, Scanned
 from spark_images.core.errors import EXIT_FINDING, EXIT_USAGE
 from spark_images.engine import build as engine_build
 from spark_images.engine import failures

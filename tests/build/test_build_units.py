@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from spark_images.build import pipeline, repro, summary
+from spark_images.buildline import pipeline, repro, summary
 from spark_images.core.errors import EnvironmentProblem, Finding, UsageError
 from spark_images.engine import build as engine_build
 from spark_images.registry import push
@@ -312,7 +312,7 @@ def test_summary_names_the_failed_stage_and_why() -> None:
 
 
 def test_requirements_locks_beside_the_profiles(tmp_path: Path) -> None:
-    from spark_images.build.resolve import resolve_profile
+    from spark_images.buildline.resolve import resolve_profile
     from spark_images.core.errors import Finding
     from spark_images.profiles import reqlock
 

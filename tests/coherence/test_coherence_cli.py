@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_images.build.record import BuildRecord
+from spark_images.buildline.record import BuildRecord
 from spark_images.cli import main
 from spark_images.coherence import gpu
 

@@ -25,8 +25,8 @@ import pytest
 import yaml
 from harness import assert_clean_failure, run_cli, tree_digest
 
-from spark_images.build import render as render_mod
-from spark_images.build.resolve import resolve_profile
+from spark_images.buildline import render as render_mod
+from spark_images.buildline.resolve import resolve_profile
 from spark_images.core.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]

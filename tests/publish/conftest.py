@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from spark_images.readers.images import ImageArchive
 from spark_images.registry.push import push_oci_archive
 from spark_images.registry.reference import ImageReference
 
@@ -99,7 +100,7 @@ def push_candidate(local_registry: str, tmp_path: Path) -> PushCandidate:
     def push(name: str, payload: bytes) -> tuple[str, str]:
         archive = tmp_path / f"{uuid.uuid4().hex}.tar"
         digest = make_oci_archive(archive, payload)
-        result = push_oci_archive(archive, ImageReference(local_registry, name), digest=digest)
+        result = push_oci_archive(ImageArchive(archive), ImageReference(local_registry, name), digest=digest)
         assert result.digest == digest
         return f"{local_registry}/{name}", digest
 

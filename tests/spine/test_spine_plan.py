@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_images.build.resolve import resolve_profile
+from spark_images.buildline.resolve import resolve_profile
 from spark_images.coherence import verdict
 from spark_images.profiles import profile as profiles
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import dockerfile
 import pytest
 
-from spark_images.build.render import render_dockerfile
-from spark_images.build.resolve import resolve_profile
+from spark_images.buildline.render import render_dockerfile
+from spark_images.buildline.resolve import resolve_profile
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"

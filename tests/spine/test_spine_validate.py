@@ -278,7 +278,7 @@ def test_lock_without_a_pinned_package_warns(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_source_date_epoch_pin_reaches_the_plan(tmp_path: Path) -> None:
-    from spark_images.build.resolve import resolve_profile
+    from spark_images.buildline.resolve import resolve_profile
 
     doc = copy.deepcopy(BASE_DOC)
     doc["build"]["source_date_epoch"] = 1757408358

@@ -43,7 +43,7 @@ from spark_images.core.errors import EnvironmentProblem, UsageError
 
 if TYPE_CHECKING:
     from spark_images.audit.git_parse import TagRef
-    from spark_images.build.plan import PatchRef
+    from spark_images.buildline.plan import PatchRef
 
 _MIN_PR_SUBJECT_RATIO = 0.3
 _SAMPLE = 200

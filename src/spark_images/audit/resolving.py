@@ -20,7 +20,7 @@ from spark_images.core.errors import UsageError
 if TYPE_CHECKING:
     from spark_images.audit import git as gitmod
     from spark_images.audit.clone import History
-    from spark_images.build.plan import PatchRef
+    from spark_images.buildline.plan import PatchRef
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class TargetResolver:
     def _resolve_profile(self, path: Path) -> Resolved:
         """The build's own plan of the profile: its commit, required fixes and the
         patches the build applies, read and parsed once, by `resolve.py`."""
-        from spark_images.build.resolve import resolve_profile
+        from spark_images.buildline.resolve import resolve_profile
 
         plan = resolve_profile(path, read_lock=False).plan
         sha = self.resolve_commit(plan.vllm_commit, f"{path}: vllm.commit")

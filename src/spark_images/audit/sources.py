@@ -23,7 +23,7 @@ from spark_images.core import inputs
 from spark_images.core.errors import EnvironmentProblem, UsageError
 
 if TYPE_CHECKING:
-    from spark_images.build.plan import PatchRef
+    from spark_images.buildline.plan import PatchRef
 
 _DIST_INFO = re.compile(r"(?:^|/)vllm-[^/]+\.dist-info/(METADATA|direct_url\.json)$")
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})(?:$|[.+])")
@@ -34,8 +34,8 @@ def patch_refs(patches: Sequence[PatchRef | Path | str]) -> tuple[PatchRef, ...]
     """The patches an audit counts. A plan's PatchRef is taken as it is (the
     build read that file); a file given by path is read here and made into a
     PatchRef by the same function the plan uses, so one header parser decides."""
-    from spark_images.build.plan import PatchRef, patch_ref
-    from spark_images.build.resolve import PATCH_LIMIT
+    from spark_images.buildline.plan import PatchRef, patch_ref
+    from spark_images.buildline.resolve import PATCH_LIMIT
 
     out: list[PatchRef] = []
     for patch in patches:

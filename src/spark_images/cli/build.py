@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from spark_images.build import pipeline, summary
+from spark_images.buildline import pipeline, summary
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.core.errors import UsageError
 from spark_images.registry.reference import ImageReference

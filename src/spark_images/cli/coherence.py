@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         if section["status"] == "skipped" and args.require_gpu:
             raise EnvironmentProblem(f"coherence: {section['reason']} (--require-gpu)")
     if args.record:
-        from spark_images.build.record import BuildRecord
+        from spark_images.buildline.record import BuildRecord
 
         record = BuildRecord.load(args.record) if args.record.is_file() else BuildRecord(profile="")
         record.set("coherence", section)

@@ -24,7 +24,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from spark_images.build.resolve import Resolved, resolve_profile
+from spark_images.buildline.resolve import Resolved, resolve_profile
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.coherence import verdict
 from spark_images.core.errors import UsageError

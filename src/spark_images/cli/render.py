@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from spark_images.build.render import render_dockerfile, write_render
-from spark_images.build.resolve import resolve_profile
+from spark_images.buildline.render import render_dockerfile, write_render
+from spark_images.buildline.resolve import resolve_profile
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.core.inputs import display_path
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spark_images.build.resolve import resolve_profile
+from spark_images.buildline.resolve import resolve_profile
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.core.errors import EXIT_FINDING, EXIT_OK, EnvironmentProblem, Finding, UsageError
 from spark_images.core.inputs import display_path

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from spark_images.build import pipeline
+from spark_images.buildline import pipeline
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.cli.build import add_build_flags, check_inputs, stderr_log
 

@@ -17,13 +17,11 @@ import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import requests
 
 from spark_images.core.errors import EnvironmentProblem, UsageError
-from spark_images.readers.images import ImageArchive
 from spark_images.registry import http
 from spark_images.registry.client import RegistryClient
 from spark_images.registry.manifests import INDEX_TYPES, MANIFEST_TYPES, RegistryError
@@ -32,6 +30,19 @@ from spark_images.registry.reference import ImageReference
 UPLOAD_TRIES = 3
 
 Progress = Callable[[str], None]
+
+
+class OciArchive(Protocol):
+    """What a push reads of an OCI archive (readers.images.ImageArchive, the one reader, is
+    one: the caller opens it, so the registry room never imports the readers)."""
+
+    where: str
+
+    def index(self) -> Any: ...
+
+    def document(self, digest: str) -> bytes: ...
+
+    def blob(self, digest: str) -> tuple[IO[bytes], int]: ...
 
 
 def parse_push_target(target: str) -> tuple[ImageReference, tuple[str, ...]]:
@@ -111,7 +122,7 @@ def _blob_digests(manifest: dict[str, Any]) -> Iterable[str]:
 
 
 def push_oci_archive(
-    archive: Path,
+    oci: OciArchive,
     target: ImageReference,
     tags: Iterable[str] = (),
     digest: str | None = None,
@@ -121,7 +132,7 @@ def push_oci_archive(
     """Upload the single manifest of an OCI archive (or the one `digest` names)."""
     say = on_progress or (lambda _line: None)
     c = _client(target, session)
-    oci = ImageArchive(archive)  # the one archive reader, with its size limits
+    archive = oci.where
     index = oci.index()
     if not isinstance(index, dict):
         raise UsageError(f"{archive}: index.json is not a JSON object")

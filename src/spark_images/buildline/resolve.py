@@ -14,7 +14,7 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from spark_images.build.plan import BuildPlan, make_plan
+from spark_images.buildline.plan import BuildPlan, make_plan
 from spark_images.core import inputs
 from spark_images.core.errors import Finding, Problem, SparkImagesError
 from spark_images.profiles import patches as patch_headers

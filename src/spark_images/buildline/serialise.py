@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_images.build import summary
-from spark_images.build.gates import Stop
-from spark_images.build.record import stage
-from spark_images.build.stages import (
+from spark_images.buildline import summary
+from spark_images.buildline.gates import Stop
+from spark_images.buildline.record import stage
+from spark_images.buildline.stages import (
     FAILED,
     PASSED,
     SKIPPED,

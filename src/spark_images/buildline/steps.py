@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from spark_images import defaults
-from spark_images.build.stages import (
+from spark_images.buildline.stages import (
     FAILED,
     PASSED,
     SKIPPED,
@@ -40,6 +40,7 @@ from spark_images.build.stages import (
 )
 from spark_images.core.errors import EnvironmentProblem, SparkImagesError
 from spark_images.engine import build as engine_build
+from spark_images.readers.images import ImageArchive
 from spark_images.registry import push as registry_push
 from spark_images.registry.reference import ImageReference
 from spark_images.release import lock
@@ -82,7 +83,7 @@ def vllm_commit_time(audit_mod: ModuleType, commit: str, repo: Path | None) -> i
 
 
 def validate(profile: Path, log: Log) -> Validated:
-    from spark_images.build import resolve
+    from spark_images.buildline import resolve
 
     try:
         resolved = resolve.resolve_profile(profile)
@@ -120,7 +121,7 @@ def audit(v: Validated, vllm_repo: Path | None, log: Log) -> Audited:
 
 
 def render(v: Validated, build_dir: Path) -> Rendered:
-    from spark_images.build import render as render_mod
+    from spark_images.buildline import render as render_mod
 
     context = build_dir / "context"
     try:
@@ -196,7 +197,7 @@ def build(
         timings["load"] = time.monotonic() - t0
         if push is not None:
             t0 = time.monotonic()
-            pushed = registry_push.push_oci_archive(result.oci_archive, push, (), digest=result.digest, on_progress=log)
+            pushed = registry_push.push_oci_archive(ImageArchive(result.oci_archive), push, (), digest=result.digest, on_progress=log)
             registry_digest = registry_push.registry_digest(push, pushed.digest)
             timings["push"] = time.monotonic() - t0
             if registry_digest != result.digest:

@@ -23,7 +23,7 @@ from spark_images.core.errors import EXIT_FINDING, SparkImagesError
 
 if TYPE_CHECKING:  # types only: importing the stage results pulls in no stage
     from spark_images.audit.states import AuditReport
-    from spark_images.build.plan import BuildPlan
+    from spark_images.buildline.plan import BuildPlan
     from spark_images.check.verdict import CheckResult
     from spark_images.cubins.report import CubinReport
 

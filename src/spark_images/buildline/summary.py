@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_images.build.record import STAGE_ORDER
+from spark_images.buildline.record import STAGE_ORDER
 
 MARK = {"passed": "ok", "failed": "FAILED", "skipped": "skipped", "error": "ERROR"}
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 
-from spark_images.build.plan import BuildPlan
+from spark_images.buildline.plan import BuildPlan
 from spark_images.core import atomic, inputs
 from spark_images.core.errors import Problem, UsageError
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from spark_images.build import gates, serialise, steps
-from spark_images.build.record import BuildRecord, stage
-from spark_images.build.stages import Audited, Built, Gated, Scanned, StageError, Validated
+from spark_images.buildline import gates, serialise, steps
+from spark_images.buildline.record import BuildRecord, stage
+from spark_images.buildline.stages import Audited, Built, Gated, Scanned, StageError, Validated
 from spark_images.core import atomic
 from spark_images.core.errors import EXIT_FINDING, EXIT_USAGE, SparkImagesError
 from spark_images.registry.reference import ImageReference
@@ -230,7 +230,7 @@ def verify_repro(opts: BuildOptions, log: Log) -> ReproOutcome:
     SOURCE_DATE_EPOCH; what it found never reaches the image). Nothing is
     pushed, loaded or locked.
     """
-    from spark_images.build import repro
+    from spark_images.buildline import repro
     from spark_images.engine import build as engine_build
 
     line = Line(opts, log)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spark_images.build.stages import FAILED, PASSED, SKIPPED, Audited, Gated, Scanned
+from spark_images.buildline.stages import FAILED, PASSED, SKIPPED, Audited, Gated, Scanned
 from spark_images.core.errors import EXIT_FINDING
 
 # cubin verdicts under which nothing in the image runs natively on the GPU
