@@ -115,7 +115,7 @@ def _handler(hub: Hub) -> type[http.server.BaseHTTPRequestHandler]:
             if len(parts) < 6 or parts[3] != "resolve":
                 self._send(404, b"")
                 return
-            path = hub.root / parts[1] / parts[2] / "/".join(parts[5:])
+            path = hub.root / parts[1] / parts[2] / parts[4] / "/".join(parts[5:])
             if not path.is_file():
                 hub.log.append((self.path, rng, 0))
                 self._send(404, b"not found")
