@@ -86,3 +86,17 @@ def lock_line(record: dict[str, Any]) -> str:
     if counts_as_passed(record):
         return f"recipe {record['recipe']} passed on {record['digest']} at {record['decode_tok_s']:g} tok/s"
     return f"recipe {record['recipe']} {record.get('status')} on {record['digest']}: {record.get('reason') or 'no reason given'}"
+
+
+def plan(recipes: list[Recipe], *, gpu: str | None, digest: str) -> dict[str, list[Any]]:
+    """What the gate does with a profile's `verify.coherence.recipes` on one digest:
+    `serve` lists (name, argv, env) to run; `skipped` the records of those it cannot run here."""
+    out: dict[str, list[Any]] = {"serve": [], "skipped": []}
+    for recipe in recipes:
+        reason = why_not_runnable(recipe, gpu)
+        if reason is not None:
+            out["skipped"].append(skipped(recipe, digest, reason))
+        else:
+            argv, env = serve_command(recipe)
+            out["serve"].append({"recipe": recipe.name, "argv": argv, "env": env})
+    return out
