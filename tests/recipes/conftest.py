@@ -166,3 +166,7 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
         server.shutdown()
         server.server_close()
 
+
+
+# (b) of tests/check: vllm 0.33.0's wheel files in an arm64 image on the loopback registry
+image_b = _check_fixtures().image_b
