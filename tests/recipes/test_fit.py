@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recipe_helpers import run_cli, write_recipe
+from recipe_support import run_cli, write_recipe
 
 from spark_images.recipes.kvcache import from_config
 
@@ -179,3 +179,12 @@ def test_a_hybrid_counts_attention_layers_and_names_the_mamba_state() -> None:
     kv = from_config(cfg, "auto")
     assert kv.attention_layers == 1 and kv.full_bytes_per_token == 2 * 2 * 128 * 2
     assert any("Mamba" in n for n in kv.not_handled)
+
+
+def test_fit_with_an_image_checks_the_kv_dtype_against_it(smollm2_gguf: Path, vllm_site: Any, tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, "smollm2-135m-instruct-gguf", "smol-img", limits__kv_cache_dtype="fp8_e4m3")
+    proc = run_cli(["fit", str(recipe), "--from", str(smollm2_gguf.parent), "--image", str(vllm_site("0.33.0")), "--json"])
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["image"]["vllm"] == "0.33.0" and doc["image"]["kv_cache_dtype_known"] is True
+    assert doc["kv_cache"]["full_bytes_per_token"] == 2 * 30 * 3 * 64 * 1  # fp8: one byte

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from recipe_helpers import RECIPES, REPO, run_cli
+from recipe_support import RECIPES, REPO, run_cli
 
 from spark_images.profiles import parse_profile
 from spark_images.recipes import gate

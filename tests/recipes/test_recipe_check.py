@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from recipe_helpers import RECIPES, run_cli, write_recipe
+from recipe_support import RECIPES, run_cli, write_recipe
 
 SUPER = "nemotron-3-super-120b-nvfp4"
 ONLY_022 = "--max-num-partial-prefills"  # SchedulerConfig field gone from 0.33.0's EngineArgs

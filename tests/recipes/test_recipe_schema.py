@@ -10,7 +10,7 @@ import importlib.util
 import json
 
 import yaml
-from recipe_helpers import RECIPES, REPO, run_cli
+from recipe_support import RECIPES, REPO, run_cli
 
 
 def _checker():  # type: ignore[no-untyped-def]

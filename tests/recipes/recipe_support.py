@@ -1,4 +1,4 @@
-"""Helpers of the recipe tests: the CLI as a subprocess, recipes written from a shipped one."""
+"""Support for the recipe tests: the CLI as a subprocess, recipes written from a shipped one."""
 
 from __future__ import annotations
 
