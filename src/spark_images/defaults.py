@@ -25,6 +25,7 @@ LOCK_FILE = "images.lock.json"
 VLLM_REPOSITORY = "https://github.com/vllm-project/vllm"
 VLLM_GIT_URL = f"{VLLM_REPOSITORY}.git"
 PYPI_SIMPLE = "https://pypi.org/simple"
+HF_HUB = "https://huggingface.co"  # model files for `fit`, read by HTTP range requests
 
 # -- limits ------------------------------------------------------------------
 HTTP_DEADLINE_S = 60.0  # overall deadline of one metadata HTTP call
@@ -41,6 +42,8 @@ class Env:
     REGISTRY_PASSWORD = "SPARK_IMAGES_REGISTRY_PASSWORD"
     SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
     XDG_CACHE_HOME = "XDG_CACHE_HOME"
+    HF_ENDPOINT = "SPARK_IMAGES_HF_ENDPOINT"
+    KB = "SPARK_IMAGES_KB"
 
 
 def setting(name: str) -> str | None:
@@ -62,6 +65,10 @@ def http_deadline_s() -> float:
     except ValueError:
         return HTTP_DEADLINE_S
     return value if math.isfinite(value) and value > 0 else HTTP_DEADLINE_S
+
+
+def hf_hub() -> str:
+    return (setting(Env.HF_ENDPOINT) or HF_HUB).rstrip("/")
 
 
 def vllm_git_url() -> str:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_images import defaults
 from spark_images.check.inventory import Collector, ImageConfig, Inventory, parse_config
@@ -28,12 +28,21 @@ if TYPE_CHECKING:
 
 _SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
 SPOOL_OVER = 64 << 20  # members above this come as a mapping of a spooled file, not bytes
-GPU_LIBRARY_KEYS = ("path", "kind", "fatbins", "native", "jit_only", "missing", "sass", "ptx", "verdict", "link_stubs", "unreadable")
+GPU_LIBRARY_KEYS = ("path", "kind", "fatbins", "native", "jit_only", "missing", "sass", "ptx", "verdict", "link_stubs", "unreadable",
+                    "kernel_classes")
 
 
 def is_device_code_candidate(path: str) -> bool:
     name = path.rsplit("/", 1)[-1]
     return bool(_SHARED_OBJECT.search(name)) or name.endswith((".cubin", ".fatbin"))
+
+
+class Sink(Protocol):
+    """A reader of small files met in the pass: says which it wants, takes their bytes."""
+
+    def wants(self, path: str) -> bool: ...
+
+    def add(self, path: str, data: bytes) -> None: ...
 
 
 @dataclass
@@ -108,12 +117,20 @@ def _members(target: str, want: artifacts.Want, progress: artifacts.Progress | N
 
 
 def gather(
-    target: str, gpu: str = defaults.GPU, *, required: Sequence[str] = (), progress: artifacts.Progress | None = None
+    target: str,
+    gpu: str = defaults.GPU,
+    *,
+    required: Sequence[str] = (),
+    progress: artifacts.Progress | None = None,
+    also: Sink | None = None,
+    kernels: bool = False,
 ) -> Gathered:
     """Everything `check` needs from `target`, in one pass over its files.
 
     `required`: the globs of a profile's verify.native_libraries, for the
-    build line's cubin gate (`Gathered.cubins.missing_required`).
+    build line's cubin gate (`Gathered.cubins.missing_required`). `also`: a
+    second reader of small files in the same pass (the recipe check takes
+    vLLM's .py sources this way); `kernels`: list each library's kernels.
     """
     from spark_images.cubins import scan_members
     from spark_images.cubins.verdict import parse_gpu
@@ -127,7 +144,7 @@ def gather(
     collector = Collector(config)
 
     def want(path: str) -> bool:
-        return collector.wants(path) or is_device_code_candidate(path)
+        return collector.wants(path) or is_device_code_candidate(path) or (also is not None and also.wants(path))
 
     unreadable: list[dict[str, str]] = []
     seen = 0
@@ -144,10 +161,12 @@ def gather(
                 continue
             if collector.wants(member.path):
                 collector.add(member.path, member.data)
+            if also is not None and also.wants(member.path):
+                also.add(member.path, member.data)
             if is_device_code_candidate(member.path):
                 yield member
 
-    report = scan_members(device_code(), gpu, required, target=target)
+    report = scan_members(device_code(), gpu, required, target=target, kernels=kernels)
     doc = report.to_json()
     libraries = [{k: lib[k] for k in GPU_LIBRARY_KEYS if k in lib} for lib in doc.get("libraries", [])]
     libraries.sort(key=lambda d: d["path"])

@@ -127,6 +127,19 @@ def parse_tool(path: str, data: bytes | bytearray | memoryview | Any) -> Tool:
     return Tool(path=path, release=release, build=build, knows_sm121a=data.find(_SM121A) != -1)
 
 
+def parse_env_vars(data: bytes) -> frozenset[str] | None:
+    """The variables the image's vllm/envs.py defines (parsed with ast, never imported)."""
+    import ast
+
+    from spark_images.recipes.vllm_source import env_facts
+
+    try:
+        tree = ast.parse(bytes(data).decode("utf-8", "replace"))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return env_facts(tree)[0]
+
+
 def parse_cuda_version_json(data: bytes) -> str | None:
     import json
 
@@ -157,6 +170,9 @@ class Inventory:
     triton_ptxas_target: Tool | None = None  # the file it names, when found
     config: ImageConfig | None = None
     problems: list[str] = field(default_factory=list)
+    # the keys of environment_variables in the image's own vllm/envs.py (None: no envs.py read)
+    vllm_env_vars: frozenset[str] | None = None
+    vllm_envs_file: str | None = None
 
     def version_of(self, name: str) -> str | None:
         found = self.packages.get(normalize(name))
@@ -215,7 +231,7 @@ class Collector:
             return True
         if path.endswith("/METADATA"):
             return bool(_METADATA.search(path))
-        if path.endswith(("vllm/_version.py", "torch/version.py")):
+        if path.endswith(("vllm/_version.py", "torch/version.py", "vllm/envs.py")):
             return True
         if path.endswith("/version.json"):
             return bool(_VERSION_JSON.search(path))
@@ -241,6 +257,9 @@ class Collector:
             commit = _py_value(text, "__commit_id__") or _py_value(text, "commit_id")
             inv.vllm_commit = commit[1:] if commit and re.fullmatch(r"g[0-9a-f]{7,40}", commit) else commit
             inv.vllm_version_file = path
+        elif path.endswith("vllm/envs.py") and site_relative(path) == "vllm/envs.py":
+            inv.vllm_env_vars = parse_env_vars(data)
+            inv.vllm_envs_file = path
         elif path.endswith("torch/version.py") and site_relative(path) == "torch/version.py":
             text = bytes(data).decode("utf-8", "replace")
             inv.torch_version = _py_value(text, "__version__")

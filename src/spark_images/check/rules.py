@@ -136,11 +136,17 @@ def _triton_ptxas(inv: Inventory, _libs: Sequence[dict[str, Any]]) -> Iterator[R
 
 
 def _removed_env(inv: Inventory, _libs: Sequence[dict[str, Any]]) -> Iterator[Reason]:
+    """A VLLM_* variable the image's own vllm/envs.py does not define; the hand table
+    (toolchain.REMOVED_ENV_VARS) only when the target holds no envs.py to read."""
     if inv.config is None:
         return
     for var, _value in inv.config.env:
-        if var in toolchain.REMOVED_ENV_VARS:
-            yield from_rule("removed-env-var", var, var=var, flag=toolchain.REMOVED_ENV_VARS[var])
+        flag = toolchain.REMOVED_ENV_VARS.get(var, "the serve flag that replaced it")
+        if inv.vllm_env_vars is not None:
+            if var.startswith("VLLM_") and var not in inv.vllm_env_vars:
+                yield from_rule("removed-env-var", var, var=var, flag=flag)
+        elif var in toolchain.REMOVED_ENV_VARS:
+            yield from_rule("removed-env-var", var, var=var, flag=flag)
 
 
 def _torch_cuda(inv: Inventory, _libs: Sequence[dict[str, Any]]) -> Iterator[Reason]:

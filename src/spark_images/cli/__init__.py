@@ -37,6 +37,8 @@ COMMANDS: tuple[str, ...] = (
     "publish",
     "monitor",
     "kb",
+    "recipe",
+    "fit",
 )
 
 

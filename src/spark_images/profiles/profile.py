@@ -155,6 +155,8 @@ SPEC: dict[str, Field] = {
                     "linear_backends": Field(list, required=False, items=matching(BACKEND, "a backend name"),
                                              doc="unset: each MoE backend with the linear backend of the same name"),
                     "kv_cache_dtypes": Field(list, required=False, items=matching(BACKEND, "a KV-cache dtype"), default=DEFAULT_KV_CACHE_DTYPES),
+                    "recipes": Field(list, required=False, items=matching(NAME, "a recipe name (recipes/NAME.yaml)"),
+                                     doc="recipes the gate serves with their exact command (recipes/NAME.yaml)"),
                 },
             ),
         },
@@ -227,6 +229,7 @@ class CoherenceSettings:
     # (auto/auto, b12x/b12x, marlin/marlin: the guide's 10.3 order)
     linear_backends: tuple[str, ...] | None
     kv_cache_dtypes: tuple[str, ...]
+    recipes: tuple[str, ...] = ()  # recipes/NAME.yaml the gate serves (spark_images.recipes.gate)
 
 
 @dataclass(frozen=True)
@@ -332,6 +335,7 @@ def _to_profile(doc: dict[str, Any], file: str) -> Profile:
                 moe_backends=tuple(coherence.get("moe_backends") or DEFAULT_MOE_BACKENDS),
                 linear_backends=tuple(coherence["linear_backends"]) if coherence.get("linear_backends") else None,
                 kv_cache_dtypes=tuple(coherence.get("kv_cache_dtypes") or DEFAULT_KV_CACHE_DTYPES),
+                recipes=tuple(coherence.get("recipes") or ()),
             )
             if coherence
             else None,
