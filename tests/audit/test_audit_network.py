@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from spark_images.audit import Auditor, load_knowledge, open_history
-from spark_images.audit.releases import sdist_commit
+from spark_images.audit.pypi_releases import sdist_commit
 from spark_images.errors import SparkImagesError
 
 

@@ -248,8 +248,14 @@ def _parse_yaml(text: str, file: str) -> Any:
     return parse_yaml(text, file)
 
 
+KB_ENV = "SPARK_IMAGES_KB"
+
+
 def load_knowledge(path: str | os.PathLike[str] | None = None) -> KnowledgeBase:
-    """The knowledge base shipped with the package, or the file at `path`."""
+    """The knowledge base shipped with the package, or the file at `path` (else the
+    file $SPARK_IMAGES_KB names: a knowledge base of another history, e.g. a fork's)."""
+    if path is None and os.environ.get(KB_ENV):
+        path = os.environ[KB_ENV]
     if path is None:
         data = resources.files("spark_images.audit").joinpath("fixes.yaml").read_bytes()
         if len(data) > KB_LIMIT:
