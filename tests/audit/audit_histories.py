@@ -329,3 +329,10 @@ def source_strategy(doc: dict) -> dict:
     doc["build"]["strategy"] = "source"
     doc["build"].pop("wheel", None)
     return doc
+
+
+def patch_id(repo: Path, sha: str) -> str:
+    """`git patch-id --stable` of one commit, as git computes it."""
+    diff = subprocess.run(["git", "diff-tree", "-p", sha], cwd=repo, capture_output=True, check=True).stdout
+    out = subprocess.run(["git", "patch-id", "--stable"], cwd=repo, input=diff, capture_output=True, check=True).stdout
+    return out.decode().split()[0]

@@ -4,11 +4,10 @@ whose SHA differs but whose `git patch-id --stable` equals the fix's."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from audit_histories import VllmLike, git
+from audit_histories import VllmLike, git, patch_id
 
 from spark_images.audit import Auditor, open_history, parse_knowledge
 from spark_images.audit.states import FixResult
@@ -36,12 +35,6 @@ def planted(vllm_like: VllmLike, tmp_path_factory: pytest.TempPathFactory) -> tu
     return work, planted_sha, picked_sha
 
 
-def _patch_id(repo: Path, sha: str) -> str:
-    diff = subprocess.run(["git", "diff-tree", "-p", sha], cwd=repo, capture_output=True, check=True).stdout
-    out = subprocess.run(["git", "patch-id", "--stable"], cwd=repo, input=diff, capture_output=True, check=True).stdout
-    return out.decode().split()[0]
-
-
 def _kb(main_commit: str, patch_id: str = "") -> str:
     line = f"    patch_id: {patch_id}\n" if patch_id else ""
     return ("schema: 1\nfixes:\n  - pr: 40923\n    title: Marlin MoE arch list\n    area: MoE\n    severity: high\n"
@@ -60,14 +53,14 @@ def test_planted_subject_with_another_change_is_not_included(vllm_like: VllmLike
     repo, planted_sha, _ = planted
     fix = _fix(repo, "planted", _kb(vllm_like.sha("p40923")))
     assert fix.state == "effect-unproven"
-    theirs = _patch_id(repo, planted_sha)
-    wanted = _patch_id(repo, vllm_like.sha("p40923"))
+    theirs = patch_id(repo, planted_sha)
+    wanted = patch_id(repo, vllm_like.sha("p40923"))
     assert theirs != wanted
     assert (f"{planted_sha[:12]} has the (#40923) subject, but its change differs from the knowledge base's "
             f"{vllm_like.sha('p40923')[:12]} (patch-id {theirs[:12]}, not {wanted[:12]})") in fix.evidence
 
 
-def test_cherry_pick_is_proven_by_its_patch_id(vllm_like: VllmLike, planted: tuple[Path, str, str]) -> None:
+def test_cherry_pick_is_proven_by_itspatch_id(vllm_like: VllmLike, planted: tuple[Path, str, str]) -> None:
     repo, _, picked_sha = planted
     fix = _fix(repo, "picked", _kb(vllm_like.sha("p40923")))
     assert fix.state == "cherry-picked"
@@ -78,7 +71,7 @@ def test_stored_patch_id_proves_the_change_without_the_main_commit(vllm_like: Vl
     """The knowledge base names upstream's commit, which this history lacks; its stored
     patch-id still finds the change (a release branch's cherry-pick, or main's squash)."""
     repo, _, _picked_sha = planted
-    kb = _kb(UPSTREAM_40923, _patch_id(repo, vllm_like.sha("p40923")))
+    kb = _kb(UPSTREAM_40923, patch_id(repo, vllm_like.sha("p40923")))
     assert _fix(repo, "picked", kb).state == "cherry-picked"
     assert _fix(repo, "v0.22.1rc0", kb).state == "included"
     assert _fix(repo, "planted", kb).state == "effect-unproven"
