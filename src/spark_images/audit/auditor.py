@@ -108,7 +108,7 @@ class Auditor(TargetResolver):
                             why = f"no tag {tag} here, and its commit g{prefix} (from its PyPI sdist) is not in this history"
                     else:
                         why = f"no tag {tag} here, and its commit is not known from PyPI ({why})"
-                out.append(Release(name, tag, commit, why))
+                out.append(Release(name, tag, commit, why, catalog.uploaded.get(name.version)))
             catalog.save()
             self._releases = out
         return self._releases
@@ -173,6 +173,9 @@ class Auditor(TargetResolver):
     def first_shipped(self, pr: int, undone_by: Sequence[int]) -> FirstShipped:
         releases = self.releases()
         index = self.index([r.commit for r in releases if r.commit])
+        fix = self.kb.get(pr)
+        main = index.commits.get(fix.main_commit) if fix and fix.main_commit else None
+        merged = main.time if main is not None and main.time else (fix.merged_epoch if fix else None)
 
         def carries(sha: str) -> bool:
             view = self.view(sha)
@@ -180,7 +183,7 @@ class Auditor(TargetResolver):
                 return False
             return not any(presence(index, view, n).effective for n in undone_by)
 
-        return first_shipped(releases, carries, list_known=self.catalog().versions is not None)
+        return first_shipped(releases, carries, list_known=self.catalog().versions is not None, merged=merged)
 
     def release_notes(self, results: Sequence[FixResult]) -> list[str]:
         """Words for the terminal: why a first release is only an upper bound."""
@@ -271,6 +274,7 @@ class Auditor(TargetResolver):
                     first_release_at_most=first.first_release_at_most,
                     first_rc_at_most=first.first_rc_at_most,
                     unchecked_releases=first.unchecked,
+                    excluded_before_merge=first.excluded_before_merge,
                     evidence=tuple(evidence),
                     required=pr in required,
                     asked=pr in asked,

@@ -79,6 +79,7 @@ class FixResult:
     first_release_at_most: str | None = None
     first_rc_at_most: str | None = None
     unchecked_releases: tuple[str, ...] = ()
+    excluded_before_merge: int = 0  # unchecked releases PyPI got before the fix's commit existed
 
     @property
     def failing(self) -> bool:
@@ -93,6 +94,7 @@ class FixResult:
             "first_release_at_most": self.first_release_at_most,
             "first_rc_at_most": self.first_rc_at_most,
             "unchecked_releases": list(self.unchecked_releases),
+            "excluded_before_merge": self.excluded_before_merge,
             "title": self.title,
             "symptom": self.symptom,
             "area": self.area,
