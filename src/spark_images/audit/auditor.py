@@ -179,9 +179,10 @@ class Auditor(TargetResolver):
 
         def carries(sha: str) -> bool:
             view = self.view(sha)
-            if not presence(index, view, pr).effective:
+            here = presence(index, view, pr)
+            if not here.effective or any(presence(index, view, n).effective for n in undone_by):
                 return False
-            return not any(presence(index, view, n).effective for n in undone_by)
+            return self._proofs(index, view, [pr], {pr: here})[pr].proven  # its change, not only its title
 
         return first_shipped(releases, carries, list_known=self.catalog().versions is not None, merged=merged)
 
