@@ -214,3 +214,20 @@ def test_git_parse_reads_real_git_output(tmp_path: Path) -> None:
         parse.parse_blobs(["a.txt", "nope"], cut)
     added = parse.added_lines(raw("show", "-U0", "--no-color", "--format=%x1e%H", first))
     assert added == {first: [("a.txt", "one")]}
+
+
+def test_patch_is_skipped_with_the_reason_where_the_tree_cannot_be_read(vllm_like: VllmLike, tmp_path: Path) -> None:
+    """A treeless clone whose remote is gone cannot apply a patch: not patched, and it says why."""
+    upstream = tmp_path / "upstream.git"
+    git(tmp_path, "clone", "-q", "--bare", str(vllm_like.path), str(upstream))
+    git(upstream, "config", "uploadpack.allowFilter", "true")
+    clone = tmp_path / "treeless.git"
+    git(tmp_path, "clone", "-q", "--bare", "--filter=tree:0", f"file://{upstream}", str(clone))
+    upstream.rename(tmp_path / "gone.git")
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "marlin.patch").write_text(_marlin(vllm_like))
+    ref = patch_ref("patches/marlin.patch", _marlin(vllm_like))
+    report = check_required(_lacking(vllm_like), [40923], [ref], clone, strategy="source", base_dir=tmp_path)
+    fix = report.get(40923)
+    assert fix is not None and fix.state == "absent" and [f.pr for f in report.missing_required] == [40923]
+    assert any("but not patched: skipped: " in e and "cannot read the tree" in e for e in fix.evidence), fix.evidence
