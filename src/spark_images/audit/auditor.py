@@ -312,7 +312,7 @@ class Auditor(TargetResolver):
         for pr in prs:
             fix = self.kb.get(pr)
             main = fix.main_commit if fix else ""
-            if not main or not carriers[pr] or (main in index.commits and self._reaches(index, view, main)):
+            if not main or not carriers[pr] or (main in index.commits and contains(index, view, main)):
                 continue
             need += [c for c in carriers[pr] if c != main]
             if fix and not fix.patch_id and main in index.commits:
@@ -325,10 +325,6 @@ class Auditor(TargetResolver):
             pid = (fix.patch_id if fix else "") or ((ids or {}).get(main, "") if main else "")
             out[pr] = prove_change(index, view, pr, carriers[pr], main_commit=main, patch_id=pid, ids=ids, why_no_ids=why)
         return out
-
-    @staticmethod
-    def _reaches(index: HistoryIndex, view: View, sha: str) -> bool:
-        return contains(index, view, sha)
 
     def _subject_of(self, here: Presence) -> str:
         """A PR outside the knowledge base is titled by its commit's subject."""
