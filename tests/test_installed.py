@@ -177,8 +177,8 @@ def test_installed_cubins_reads_a_real_library(fresh_venv: Venv, elsewhere: Path
 @pytest.mark.slow
 def test_installed_audit_uses_the_packaged_fixes(fresh_venv: Venv, elsewhere: Path) -> None:
     known = yaml.safe_load((PACKAGE / "audit" / "fixes.yaml").read_text())["fixes"]
-    # a fix without a marker: its commit in the history is the whole proof (a marker needs its file)
-    fix = next(f for f in known if not f.get("markers"))
+    # a fix without a marker and with a stored patch-id: only its change can prove it
+    fix = next(f for f in known if not f.get("markers") and f.get("patch_id"))
     pr = fix["pr"]
     repo = elsewhere / "vllm"
     git = ["git", "-C", str(repo), "-c", "user.name=Dev", "-c", "user.email=dev@example.invalid"]
@@ -195,7 +195,11 @@ def test_installed_audit_uses_the_packaged_fixes(fresh_venv: Venv, elsewhere: Pa
     proc = _checked(_run(["spark-images", "audit", head, "--repo", str(repo), "--json"], cwd=elsewhere, env=fresh_venv.env(elsewhere)))
     states = {fix["pr"]: fix["state"] for fix in json.loads(proc.stdout)["fixes"]}
     assert set(states) == {fix["pr"] for fix in known}
-    assert states[pr] == "included"
+    # its title, not its change: the packaged patch-id tells them apart
+    assert states[pr] == "effect-unproven"
+    evidence = next(f["evidence"] for f in json.loads(proc.stdout)["fixes"] if f["pr"] == pr)
+    assert any(f"{head[:12]} has the (#{pr}) subject, but its change differs" in e and fix["patch_id"][:12] in e
+               for e in evidence), evidence
     assert all(state == "absent" for other, state in states.items() if other != pr)
 
 

@@ -10,6 +10,7 @@ in phases, so that a later commit can quote an earlier commit's SHA (a
 from __future__ import annotations
 
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -264,3 +265,74 @@ def build_vllm_like(path: Path) -> VllmLike:
     return VllmLike(path=path, builder=b)
 
 
+
+
+def squash_commits(repo: Path) -> dict[int, tuple[str, int]]:
+    """PR -> (its squash commit on main, committer time), from the `(#N)` subjects."""
+    found: dict[int, tuple[str, int]] = {}
+    for line in git(repo, "log", "--format=%H %ct %s", "main").splitlines():
+        sha, when, subject = line.split(" ", 2)
+        if subject.endswith(")") and "(#" in subject and not subject.startswith("Revert"):
+            number = subject.rsplit("(#", 1)[1][:-1]
+            if number.isdigit():
+                found.setdefault(int(number), (sha, int(when)))
+    return found
+
+
+def pin_commits(kb_text: str, repo: Path) -> str:
+    """A test knowledge base with each entry's main_commit set to the fixture's squash commit."""
+    import yaml
+
+    doc = yaml.safe_load(kb_text)
+    on_main = squash_commits(repo)
+    for entry in doc["fixes"]:
+        if entry["pr"] in on_main and "main_commit" not in entry:
+            entry["main_commit"] = on_main[entry["pr"]][0]
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def fixture_knowledge(repo: Path, shipped: str) -> str:
+    """The shipped knowledge base with each PR the fixture history merges on main
+    pointed at the fixture's squash commit (full SHA and committer date, as read off
+    upstream history for the shipped file); its patch-id is left to the audit to
+    compute from the history. PRs the fixture lacks keep upstream's commits. The
+    fixture's own test PRs (routine fillers aside) get entries too, so that they can
+    be proven by content like the real ones."""
+    import yaml
+
+    doc = yaml.safe_load(shipped)
+    on_main = squash_commits(repo)
+    known = {entry["pr"] for entry in doc["fixes"]}
+    for pr in sorted(set(on_main) - known - {100}):
+        if pr >= 30000:  # the fillers are numbered from 101
+            doc["fixes"].append({"pr": pr, "title": f"fixture PR {pr}", "area": "build", "severity": "info",
+                                 "symptom": "a shape of the fixture history"})
+    for entry in doc["fixes"]:
+        found = on_main.get(entry["pr"])
+        if found is None:
+            continue
+        entry["main_commit"] = found[0]
+        entry.pop("patch_id", None)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(found[1]))
+        entry["merged"] = entry["date"] = stamp
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def backport_patch(repo: Path, sha: str, prs: tuple[int, ...]) -> str:
+    """A real patch of commit `sha` (`git format-patch`), headed by its Backport-Of lines."""
+    header = "".join(f"Backport-Of: vllm-project/vllm#{pr}\n" for pr in prs) + f"Upstream-Commit: {sha}\n"
+    return header + git(repo, "format-patch", "-1", "--stdout", sha)
+
+
+def source_strategy(doc: dict) -> dict:
+    """A profile document switched to the source strategy, the one whose build applies patches."""
+    doc["build"]["strategy"] = "source"
+    doc["build"].pop("wheel", None)
+    return doc
+
+
+def patch_id(repo: Path, sha: str) -> str:
+    """`git patch-id --stable` of one commit, as git computes it."""
+    diff = subprocess.run(["git", "diff-tree", "-p", sha], cwd=repo, capture_output=True, check=True).stdout
+    out = subprocess.run(["git", "patch-id", "--stable"], cwd=repo, input=diff, capture_output=True, check=True).stdout
+    return out.decode().split()[0]

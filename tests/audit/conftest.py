@@ -7,13 +7,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from audit_histories import PYPI_RELEASES, VllmLike, build_vllm_like, git
+from audit_histories import PYPI_RELEASES, VllmLike, build_vllm_like, fixture_knowledge, git
 from pypi_index import LocalIndex, serve
 
 
 @pytest.fixture(scope="session")
 def vllm_like(tmp_path_factory: pytest.TempPathFactory) -> VllmLike:
     return build_vllm_like(tmp_path_factory.mktemp("vllm-like") / "repo")
+
+
+@pytest.fixture(scope="session")
+def fixture_kb(vllm_like: VllmLike, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The knowledge base of the fixture history (see fixture_knowledge)."""
+    shipped = (Path(__file__).resolve().parents[2] / "src" / "spark_images" / "audit" / "fixes.yaml").read_text()
+    path = tmp_path_factory.mktemp("kb") / "fixes.yaml"
+    path.write_text(fixture_knowledge(vllm_like.path, shipped))
+    return path
 
 
 def release_commits(repo: Path) -> dict[str, str]:
@@ -29,9 +38,11 @@ def vllm_index(vllm_like: VllmLike) -> Iterator[LocalIndex]:
 
 
 @pytest.fixture(autouse=True)
-def _audit_environment(vllm_index: LocalIndex, tmp_path_factory: pytest.TempPathFactory,
+def _audit_environment(vllm_index: LocalIndex, fixture_kb: Path, tmp_path_factory: pytest.TempPathFactory,
                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every audit test asks the loopback index, and caches outside the user's home."""
+    """Every audit test asks the loopback index, reads the fixture history's knowledge
+    base, and caches outside the user's home."""
+    monkeypatch.setenv("SPARK_IMAGES_KB", str(fixture_kb))
     monkeypatch.setenv("SPARK_IMAGES_PYPI_SIMPLE", vllm_index.simple)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "audit-cache"))

@@ -54,8 +54,10 @@ class LocalIndex:
     def simple(self) -> str:
         return f"{self.base}/simple"
 
-    def publish(self, releases: dict[str, str | None], *, extra_versions: tuple[str, ...] = ()) -> None:
-        """Serve `version -> commit` as sdists (None: an sdist whose _version.py records no commit)."""
+    def publish(self, releases: dict[str, str | None], *, extra_versions: tuple[str, ...] = (),
+                uploaded: dict[str, str] | None = None) -> None:
+        """Serve `version -> commit` as sdists (None: an sdist whose _version.py records no commit);
+        `uploaded`: version -> the file's PEP 700 `upload-time`, as PyPI writes it."""
         entries = []
         for i, (version, sha) in enumerate(releases.items()):
             text = version_file(version, sha) if sha else f"__version__ = version = '{version}'\n".encode()
@@ -63,8 +65,11 @@ class LocalIndex:
             path = f"/files/vllm-{version}.tar.gz"
             self.files[path] = ("application/octet-stream", data)
             url = f"../../files/vllm-{version}.tar.gz" if i % 2 else f"{self.base}{path}"
-            entries.append({"filename": f"vllm-{version}.tar.gz", "url": url,
-                            "hashes": {"sha256": hashlib.sha256(data).hexdigest()}, "yanked": False})
+            entry = {"filename": f"vllm-{version}.tar.gz", "url": url,
+                     "hashes": {"sha256": hashlib.sha256(data).hexdigest()}, "yanked": False}
+            if uploaded and version in uploaded:
+                entry["upload-time"] = uploaded[version]
+            entries.append(entry)
         page = {"meta": {"api-version": "1.1"}, "name": "vllm",
                 "versions": [*releases, *extra_versions], "files": entries}
         self.files["/simple/vllm/"] = (SIMPLE_JSON, json.dumps(page).encode())

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from audit_histories import HistoryBuilder, VllmLike, filler_files, git
+from audit_histories import (
+    HistoryBuilder,
+    VllmLike,
+    backport_patch,
+    filler_files,
+    git,
+    source_strategy,
+)
 
 from spark_images.audit import check_required
 from spark_images.cli import main
@@ -66,8 +73,9 @@ def test_profile_target_uses_commit_required_fixes_and_patches(
     root = tmp_path / "project"
     (root / "profiles").mkdir(parents=True)
     (root / "patches").mkdir()
-    (root / "patches" / "marlin.patch").write_text("Backport-Of: vllm-project/vllm#40923\n\ndiff --git a/x b/x\n")
-    doc = yaml.safe_load((PROJECT / "profiles" / "cu130.yaml").read_text())
+    # a real patch of #40923's change; the source strategy's build applies it
+    (root / "patches" / "marlin.patch").write_text(backport_patch(vllm_like.path, vllm_like.sha("p40923"), (40923,)))
+    doc = source_strategy(yaml.safe_load((PROJECT / "profiles" / "cu130.yaml").read_text()))
     doc["vllm"]["commit"] = vllm_like.sha(vllm_like.builder.tips["releases/v0.22.1"])
     doc["verify"]["required_fixes"] = [40923, 48245]
     doc["patches"] = ["patches/marlin.patch"]
@@ -125,7 +133,7 @@ def test_shallow_clone_says_so_instead_of_absent(vllm_like: VllmLike, tmp_path: 
     code, _, err = run_cli(capsys, "HEAD", "--fix", "33517", "--repo", str(shallow))
     assert code == 2 and "shallow" in err and "#33517" in err and "absent" in err
     # a PR inside the fetched depth is still decided: positive evidence is complete
-    code, out, _ = run_cli(capsys, "HEAD", "--fix", "52002", "--repo", str(shallow), "--json")
+    code, out, _ = run_cli(capsys, "HEAD", "--fix", "80001", "--repo", str(shallow), "--json")
     assert code == 0 and json.loads(out)["fixes"][0]["state"] == "included"
     with pytest.raises(EnvironmentProblem):
         check_required("HEAD", [33517], [], shallow)
@@ -192,7 +200,11 @@ def test_cache_clone_is_treeless_bare_and_fetched_incrementally(
     git(newer.path, "push", "-q", "origin", "HEAD:main")
     head = git(newer.path, "rev-parse", "HEAD").strip()
     code, out, _ = run_cli(capsys, head, "--fix", "90001", "--json")
-    assert code == 0 and json.loads(out)["fixes"][0]["state"] == "included"
+    # found in the fetched history, but the knowledge base has no commit to compare its change with
+    (later,) = json.loads(out)["fixes"]
+    assert code == 1 and later["state"] == "effect-unproven"
+    assert any(head[:12] in e for e in later["evidence"])
+    assert any("no main_commit in the knowledge base" in e for e in later["evidence"])
     # upstream gone (offline): history questions need no lazy fetch; markers, which
     # need file contents, are unverified rather than failed, so the effect is unproven
     # (in the history, but not counted as present by a gate)

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from audit_histories import HistoryBuilder, VllmLike, filler_files
+import yaml
+from audit_histories import HistoryBuilder, VllmLike, filler_files, patch_id
 
+from spark_images.audit import parse_knowledge
 from spark_images.audit.discover import diff_evidence, findings, message_evidence, path_evidence
 from spark_images.cli import main
 
@@ -49,8 +51,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_discover_lists_each_signal_with_its_evidence(spark_history: HistoryBuilder, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "audit", "main", "--fix", "100", "--discover", "--since", "v0.22.0",
                          "--repo", str(spark_history.path), "--json")
-    assert code == 0, err
     doc = json.loads(out)
+    # #100 is not in the knowledge base: no commit to compare its change with, so not proven (exit 1)
+    assert code == 1 and doc["fixes"][0]["state"] == "effect-unproven", err
     found = {d["pr"]: d for d in doc["discovered"]}
     # newest first; the KB's #40082, the revert, routine changes and a 12.1a outside CMake are not findings
     assert [d["pr"] for d in doc["discovered"]] == [90106, 90104, 90103, 90102, 90101]
@@ -67,13 +70,13 @@ def test_discover_lists_each_signal_with_its_evidence(spark_history: HistoryBuil
 
 def test_discover_defaults_to_the_previous_release_and_prints_words(spark_history: HistoryBuilder, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "audit", "main", "--fix", "100", "--discover", "--repo", str(spark_history.path))
-    assert code == 0
+    assert code == 1  # #100 itself is effect-unproven (see above)
     assert "discovered in v0.22.0.." in out and "5 Spark-relevant PR(s) not in the knowledge base" in out
     assert "#90103 " in out and "evidence: diff adds 'is_device_capability_family(120)'" in out
     # a range without Spark signals finds nothing, and says so
     code, out, _ = run(capsys, "audit", "main", "--fix", "100", "--discover", "--since", "HEAD~3",
                        "--repo", str(spark_history.path), "--json")
-    assert code == 0 and json.loads(out)["discovered"] == []
+    assert code == 1 and json.loads(out)["discovered"] == []
 
 
 def test_discover_bad_since_is_a_usage_error(spark_history: HistoryBuilder, capsys: pytest.CaptureFixture[str]) -> None:
@@ -104,7 +107,10 @@ def test_kb_add_drafts_an_entry_from_the_diff(spark_history: HistoryBuilder, cap
     draft = json.loads(out)
     entry = draft["entry"]
     assert entry["pr"] == 90103 and entry["title"] == "[Quant] Route FP8 per capability family"
-    assert entry["area"] == "FP8" and entry["main_commit"] == spark_history.sha("diff")[:12]
+    assert entry["area"] == "FP8" and entry["main_commit"] == spark_history.sha("diff")  # the full SHA
+    assert entry["patch_id"] == patch_id(spark_history.path, spark_history.sha("diff"))
+    assert entry["merged"] == entry["date"]
+    assert parse_knowledge(yaml.safe_dump({"schema": 1, "fixes": [{**entry, "symptom": "s"}]})).fixes[0].main_commit == entry["main_commit"]
     assert entry["markers"][0] == {"path": "vllm/fp8_route.py",
                                    "contains": "if current_platform.is_device_capability_family(120):",
                                    "source": "drafted from the PR's diff (review before use)"}
@@ -119,35 +125,68 @@ def test_kb_add_refusals(spark_history: HistoryBuilder, capsys: pytest.CaptureFi
     assert code == 2 and "no commit with a (#99999) subject" in err
 
 
-def test_kb_export_osv(vllm_like: VllmLike, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")
+OSV_SCHEMA = Path(__file__).parent / "data" / "osv-schema.json"
+
+
+def test_kb_export_osv(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_IMAGES_KB")  # the shipped knowledge base
     code, out, _ = run(capsys, "kb", "export", "--format", "osv")
     assert code == 0
     records = json.loads(out)
     by_id = {r["id"]: r for r in records}
-    rec = by_id["SPARK-VLLM-40923"]
-    assert rec["modified"] == "2025-12-01T00:00:00Z" and rec["schema_version"]
+    rec = by_id["x_SPARK-VLLM-40923"]
+    assert rec["modified"] == "2026-05-28T07:30:26Z" and rec["schema_version"]  # the entry's own date
     (affected,) = rec["affected"]
     assert affected["package"] == {"ecosystem": "PyPI", "name": "vllm", "purl": "pkg:pypi/vllm"}
     git_range = next(r for r in affected["ranges"] if r["type"] == "GIT")
     assert git_range["repo"] == "https://github.com/vllm-project/vllm"
-    assert git_range["events"] == [{"introduced": "0"}, {"fixed": "6cc8577421f2"}]
+    assert git_range["events"] == [{"introduced": "0"}, {"fixed": "6cc8577421f2c02b1a908a551e15d4e8fdd2ba49"}]
     assert {"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "0.23.0"}]} in affected["ranges"]
     ours = rec["database_specific"]["spark_images"]
-    assert (ours["pr"], ours["area"], ours["severity"], ours["main_commit_is_prefix"]) == (40923, "MoE", "high", True)
-    marker = by_id["SPARK-VLLM-41215"]["database_specific"]["spark_images"]["markers"][0]
+    assert (ours["pr"], ours["area"], ours["severity"], ours["patch_id"]) == (40923, "MoE", "high", "ad52f2b6d085cbd1a97fcd3a60f5f7024d88ca46")
+    marker = by_id["x_SPARK-VLLM-41215"]["database_specific"]["spark_images"]["markers"][0]
     assert marker["hints"] == ["csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm120_fp8_dispatch.cuh"]
-    assert by_id["SPARK-VLLM-39825"]["database_specific"]["spark_images"]["undone_by"] == [39959]
-    # --repo turns a prefix into the full SHA; --output writes the file
+    assert by_id["x_SPARK-VLLM-39825"]["database_specific"]["spark_images"]["undone_by"] == [39959]
+    # --output writes the same bytes, atomically; a later export is byte-identical
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1")  # the export's own time plays no part
+    code, said, _ = run(capsys, "kb", "export", "--format", "osv", "--output", str(tmp_path / "osv.json"))
+    assert code == 0 and f"wrote {len(records)} OSV records" in said
+    assert (tmp_path / "osv.json").read_text() == out
+
+
+def test_kb_export_osv_passes_the_osv_schema(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    jsonschema = pytest.importorskip("jsonschema", reason="the test extra (jsonschema) is not installed")
+    monkeypatch.delenv("SPARK_IMAGES_KB")
+    schema = json.loads(OSV_SCHEMA.read_text())
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    _code, out, _ = run(capsys, "kb", "export", "--format", "osv")
+    records = json.loads(out)
+    assert len(records) == 17
+    for record in records:
+        errors = [f"{record['id']}: {'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(record)]
+        assert errors == []
+    # the schema would refuse what earlier exports wrote: a 12-character prefix as a GIT event
+    bad = json.loads(json.dumps(records[0]))
+    bad["affected"][0]["ranges"][0]["events"][1]["fixed"] = bad["affected"][0]["ranges"][0]["events"][1]["fixed"][:12]
+    assert not validator.is_valid(bad)
+
+
+def test_kb_export_refuses_an_undated_entry_and_a_commit_not_in_the_clone(
+    vllm_like: VllmLike, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     kb = tmp_path / "kb.yaml"
     sha = vllm_like.sha("p40923")
+    kb.write_text(f"schema: 1\nfixes:\n  - {{pr: 40923, title: t, area: MoE, severity: high, symptom: s, main_commit: {sha}}}\n")
+    code, _, err = run(capsys, "kb", "export", "--format", "osv", "--kb", str(kb))
+    assert code == 1 and f"{kb}: #40923.date: missing" in err
     kb.write_text(f"schema: 1\nfixes:\n  - {{pr: 40923, title: t, area: MoE, severity: high, symptom: s, main_commit: {sha[:10]}}}\n")
-    code, out, _ = run(capsys, "kb", "export", "--format", "osv", "--kb", str(kb), "--repo", str(vllm_like.path),
-                       "--output", str(tmp_path / "osv.json"))
-    assert code == 0 and "wrote 1 OSV records" in out
-    (one,) = json.loads((tmp_path / "osv.json").read_text())
-    assert one["affected"][0]["ranges"][0]["events"][1] == {"fixed": sha}
-    assert one["database_specific"]["spark_images"]["main_commit_is_prefix"] is False
+    code, _, err = run(capsys, "kb", "export", "--format", "osv", "--kb", str(kb))
+    assert code == 1 and "main_commit" in err and "is not a full commit SHA" in err
+    other = "6cc8577421f2c02b1a908a551e15d4e8fdd2ba49"
+    kb.write_text("schema: 1\nfixes:\n  - {pr: 40923, title: t, area: MoE, severity: high, symptom: s, "
+                  f"main_commit: {other}, date: '2026-05-28T07:30:26Z'}}\n")
+    code, _, err = run(capsys, "kb", "export", "--format", "osv", "--kb", str(kb), "--repo", str(vllm_like.path))
+    assert code == 1 and f"#40923.main_commit: {other} is not in {vllm_like.path}" in err
 
 
 def test_kb_file_with_duplicate_keys_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,7 @@ from audit_histories import (
     FP8_DISPATCH_NOW,
     VllmLike,
     git,
+    pin_commits,
 )
 
 from spark_images.audit import Auditor, load_knowledge, open_history, parse_knowledge
@@ -24,7 +25,7 @@ from spark_images.audit.states import AuditReport, FixResult
 
 
 def audit(repo: VllmLike, rev: str, prs: list[int], kb_text: str | None = None, required: tuple[int, ...] = ()) -> AuditReport:
-    kb = parse_knowledge(kb_text) if kb_text else load_knowledge()
+    kb = parse_knowledge(pin_commits(kb_text, repo.path)) if kb_text else load_knowledge()
     auditor = Auditor(open_history(repo.path), kb)
     return auditor.audit(auditor.resolve_commit(rev, rev), target=rev, prs=prs, required=required, releases=False)
 

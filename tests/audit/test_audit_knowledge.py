@@ -17,6 +17,12 @@ from spark_images.core.errors import Finding
 REFERENCE_PRS = {17280, 21309, 22131, 29242, 29711, 33517, 38126, 38423, 39825, 35568, 40082, 41215, 40923, 48245}
 
 
+@pytest.fixture(autouse=True)
+def _shipped_knowledge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests read the shipped file, not the fixture history's knowledge base."""
+    monkeypatch.delenv("SPARK_IMAGES_KB", raising=False)
+
+
 def test_shipped_knowledge_base_covers_the_reference_prs() -> None:
     kb = load_knowledge()
     assert set(kb.prs()) >= REFERENCE_PRS
@@ -53,11 +59,18 @@ def test_knowledge_base_agrees_with_the_facts_table() -> None:
     for pr, (commit, first) in FACTS_TABLE.items():
         fix = kb.get(pr)
         assert fix is not None, f"#{pr}"
-        assert (fix.main_commit, fix.first_release) == (commit, first), f"#{pr}"
-    # PRs the facts sheet gives no commit for carry none (nothing is guessed)
+        # the full SHA the sheet's prefix resolved to in real history
+        assert fix.main_commit.startswith(commit) and len(fix.main_commit) == 40, f"#{pr}"
+        assert fix.first_release == first, f"#{pr}"
+    # a commit the sheet does not give was read off history, with its patch-id and merge date
+    # (39959's); the others carry none (nothing is guessed)
     for fix in kb.fixes:
         if fix.pr not in FACTS_TABLE:
-            assert fix.main_commit == "" and fix.first_release == "", f"#{fix.pr}"
+            assert fix.first_release == "", f"#{fix.pr}"
+            assert (fix.main_commit == "") or (len(fix.main_commit) == 40 and fix.patch_id and fix.merged), f"#{fix.pr}"
+    # every main commit but the empty #41215's (no diff) and #48245's (no history at hand) has its patch-id
+    assert sorted(f.pr for f in kb.fixes if f.main_commit and not f.patch_id) == [41215, 48245]
+    assert all(f.date for f in kb.fixes)
 
 
 def test_no_value_is_cut_by_a_yaml_comment() -> None:
@@ -76,6 +89,7 @@ fixes:
     area: GPU
     severity: high
     symptom: s
+    main_commit: 6cc8577421f2
     markers:
       - path: /abs
         contains: x
@@ -84,6 +98,7 @@ fixes:
     area: MoE
     severity: urgent
     symptom: s
+    date: "2026-13-01T00:00:00Z"
     colour: red
 """
     with pytest.raises(Finding) as exc:
@@ -94,6 +109,8 @@ fixes:
     assert any("fixes[0].markers[0].source" in ln for ln in lines)
     assert any("fixes[1].severity" in ln for ln in lines)
     assert any("fixes[1].colour" in ln and "unknown key" in ln for ln in lines)
+    assert any("fixes[0].main_commit" in ln and "not a full commit SHA" in ln for ln in lines)
+    assert any("fixes[1].date" in ln and "not a UTC timestamp" in ln for ln in lines)
     assert all(ln.startswith("kb.yaml: ") for ln in lines)
 
 

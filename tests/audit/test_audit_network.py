@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from spark_images.audit import Auditor, load_knowledge, open_history
-from spark_images.audit.releases import sdist_commit
+from spark_images.audit.pypi_releases import sdist_commit
 from spark_images.core.errors import SparkImagesError
 
 
@@ -18,6 +18,7 @@ from spark_images.core.errors import SparkImagesError
 @pytest.mark.slow
 def test_real_history_matches_the_facts(vllm_history_reachable: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPARK_IMAGES_PYPI_SIMPLE", raising=False)  # the real release list
+    monkeypatch.delenv("SPARK_IMAGES_KB", raising=False)  # the shipped knowledge base, on upstream's history
     kb = load_knowledge()
     auditor = Auditor(open_history(None), kb)
     final = auditor.resolve_commit("refs/tags/v0.22.1", "v0.22.1")
@@ -26,6 +27,10 @@ def test_real_history_matches_the_facts(vllm_history_reachable: None, monkeypatc
     assert marlin is not None
     # facts: 0.23.0 final; 0.22.1rc0 on main; NOT in the 0.22.1 final
     assert (marlin.state, marlin.first_release, marlin.first_rc) == ("absent", "v0.23.0", "v0.22.1rc0")
+    # a release PyPI got before #40923's squash commit existed is never among its unchecked ones
+    merged = kb.get(40923).merged_epoch  # type: ignore[union-attr]
+    uploaded = auditor.catalog().uploaded
+    assert merged and all(uploaded.get(t.removeprefix("v"), merged) >= merged for t in marlin.unchecked_releases)
     for fix in kb.fixes:
         result = report.get(fix.pr)
         assert result is not None

@@ -174,3 +174,47 @@ def test_monitor_lists_the_new_releases_to_audit(vllm_like: VllmLike, tmp_path: 
     assert code == 0
     assert [r["tag"] for r in rows] == ["v0.22.1rc0", "v0.22.1", "v0.23.0rc0", "v0.23.0"]
     assert rows[1]["commit"] == git(vllm_like.path, "rev-parse", "v0.22.1^{commit}").strip()
+
+
+def test_first_shipped_leaves_out_releases_uploaded_before_the_merge() -> None:
+    rels = [Release(parse_tag(t), t, None, "missing", up) for t, up in  # type: ignore[arg-type]
+            (("v0.1.0", 100), ("v0.2.0", 199), ("v0.3.0", 201), ("v0.4.0", None))]
+    rels.append(_release("v0.5.0", "e"))
+    got = first_shipped(rels, lambda sha: sha == "e", merged=200)
+    # uploaded before the fix's commit existed: cannot carry it; unknown upload time: still a doubt
+    assert (got.unchecked, got.excluded_before_merge, got.first_release_at_most) == (("v0.3.0", "v0.4.0"), 2, "v0.5.0")
+    assert first_shipped(rels, lambda sha: sha == "e").unchecked == ("v0.1.0", "v0.2.0", "v0.3.0", "v0.4.0")
+    exact = first_shipped(rels[:2] + rels[4:], lambda sha: sha == "e", merged=200)
+    assert (exact.first_release, exact.unchecked, exact.excluded_before_merge) == ("v0.5.0", (), 2)
+
+
+def _stamp(epoch: int) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(epoch))
+
+
+def test_unchecked_releases_of_40923_are_only_those_uploaded_after_its_merge(
+    vllm_like: VllmLike, tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """PyPI lists 80 releases from 0.0.1 on that this clone cannot check (no tags, no
+    commits); all but three were uploaded before #40923's squash commit existed."""
+    rcs = [t for t in git(vllm_like.path, "tag", "--list", "v*rc*").split()]
+    clone = _partial_clone(vllm_like.path, tmp_path / "fork.git", ["v0.19.0", "v0.23.0", *rcs])
+    merged = int(git(vllm_like.path, "show", "-s", "--format=%ct", vllm_like.sha("p40923")).strip())
+    old = [f"0.{minor}.{patch}" for minor in range(0, 16) for patch in range(0, 5)]  # 80 releases
+    commits = {v: git(vllm_like.path, "rev-parse", f"v{v}^{{commit}}").strip() for v in PYPI_RELEASES}
+    releases: dict[str, str | None] = {**dict.fromkeys(old), "0.20.0": None, "0.21.0": None, **commits}
+    uploaded = {v: _stamp(merged - 86_400 * (len(old) - i)) for i, v in enumerate(old)}
+    uploaded |= {"0.19.0": _stamp(merged - 3_600), "0.20.0": _stamp(merged - 1), "0.21.0": _stamp(merged + 1),
+                 "0.22.0": _stamp(merged + 7_200), "0.22.1": _stamp(merged + 9_000), "0.23.0": _stamp(merged + 90_000)}
+    with serve() as index:
+        index.publish(releases, uploaded=uploaded)
+        monkeypatch.setenv("SPARK_IMAGES_PYPI_SIMPLE", index.simple)
+        code, doc, _ = run(capsys, "v0.23.0", "--fix", "40923", "--repo", str(clone))
+    (fix,) = doc["fixes"]
+    assert code == 0 and fix["state"] == "included"
+    assert fix["unchecked_releases"] == ["v0.21.0", "v0.22.0", "v0.22.1"]
+    assert fix["excluded_before_merge"] == len(old) + 1  # and 0.20.0, uploaded a second before the merge
+    assert (fix["first_release"], fix["first_release_at_most"]) == (None, "v0.23.0")

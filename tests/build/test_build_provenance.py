@@ -28,7 +28,9 @@ from build_helpers import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audit"))
-from audit_histories import build_vllm_like, git
+from audit_histories import build_vllm_like, fixture_knowledge, git
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.nvcc, pytest.mark.network, pytest.mark.slow]
 
@@ -48,6 +50,9 @@ def test_digest_is_the_same_with_and_without_vllm_history(
 ) -> None:
     history = build_vllm_like(tmp_path / "vllm")
     commit = git(history.path, "rev-parse", "main").strip()
+    # the knowledge base of that history: `included` is proven by its commits, not by subjects
+    kb = tmp_path / "fixes.yaml"
+    kb.write_text(fixture_knowledge(history.path, (REPO_ROOT / "src" / "spark_images" / "audit" / "fixes.yaml").read_text()))
     project = make_project("hist", SM121)
     # the profile's commit and its wheel are the history's main tip
     wheel, sha = make_vllm_wheel(wheel_server.directory, compile_library(nvcc, SM121, tmp_path / "_C.abi3.so"), commit)
@@ -58,7 +63,7 @@ def test_digest_is_the_same_with_and_without_vllm_history(
     for name, extra in (("with", ["--vllm-repo", str(history.path)]), ("without", [])):
         build_dir = project.root / "build" / name
         proc = project.run("build", "profiles/hist.yaml", *extra, *ca, "--lock", str(project.root / f"{name}.lock.json"),
-                           "--build-dir", str(build_dir), "--cache", "bkcache")  # fmt: skip
+                           "--build-dir", str(build_dir), "--cache", "bkcache", env={"SPARK_IMAGES_KB": str(kb)})  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
         runs[name] = (
             json.loads((build_dir / "record.json").read_text()),

@@ -218,11 +218,24 @@ def test_removed_env_var_warns_and_names_the_flag(tmp_path: Path, capsys: pytest
     assert "serve.env.VLLM_NVFP4_GEMM_BACKEND: warning:" in err and "--linear-backend" in err
 
 
-def test_patch_with_pr_header_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_patch_with_pr_header_is_accepted_where_the_build_applies_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = copy.deepcopy(BASE_DOC)
+    doc["build"]["strategy"] = "source"
+    del doc["build"]["wheel"]
     doc["patches"] = ["patches/ok.patch"]
     code, _out, err = _validate(_project(tmp_path, doc), capsys)
     assert code == 0, err
+
+
+def test_patch_on_the_wheel_strategy_is_one_line_naming_file_field_and_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = copy.deepcopy(BASE_DOC)
+    assert doc["build"]["strategy"] == "wheel"
+    doc["patches"] = ["patches/ok.patch"]
+    path = _project(tmp_path, doc)
+    code, _out, err = _validate(path, capsys)
+    assert code == 1
+    (line,) = [ln for ln in err.splitlines() if ": patches[0]: " in ln]
+    assert line.startswith(f"{path}: patches[0]: patches/ok.patch is never applied") and "(fix: set build.strategy: source" in line
 
 
 def test_json_output_lists_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

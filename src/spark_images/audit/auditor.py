@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from spark_images.audit._problems import problem
 from spark_images.audit.clone import History, open_history
+from spark_images.audit.content import BuildPatches, PatchIds, prove_patches
 from spark_images.audit.discover import discover
 from spark_images.audit.firsts import FirstShipped, Release, first_shipped, release_list
 from spark_images.audit.history import (
@@ -33,10 +34,11 @@ from spark_images.audit.history import (
 from spark_images.audit.knowledge import KnowledgeBase, load_knowledge
 from spark_images.audit.main_cache import main_commits
 from spark_images.audit.markers import check_fixes
+from spark_images.audit.proof import ChangeProof, prove_change
 from spark_images.audit.pypi_releases import Catalog, load_catalog
 from spark_images.audit.releases import parse_tag
 from spark_images.audit.resolving import TargetResolver
-from spark_images.audit.sources import patch_refs
+from spark_images.audit.sources import patch_texts
 from spark_images.audit.states import AuditReport, FixResult, MarkerResult, decide
 from spark_images.audit.targets import classify, path_exists
 from spark_images.core.errors import EnvironmentProblem, UsageError
@@ -63,6 +65,7 @@ class Auditor(TargetResolver):
         self._index: HistoryIndex | None = None
         self._views: dict[str, View] = {}
         self._tags: list[TagRef] | None = None
+        self.patch_ids = PatchIds(self.repo)
 
     # -- gathering history -----------------------------------------------------
     def _main_data(self) -> tuple[str | None, list]:
@@ -105,7 +108,7 @@ class Auditor(TargetResolver):
                             why = f"no tag {tag} here, and its commit g{prefix} (from its PyPI sdist) is not in this history"
                     else:
                         why = f"no tag {tag} here, and its commit is not known from PyPI ({why})"
-                out.append(Release(name, tag, commit, why))
+                out.append(Release(name, tag, commit, why, catalog.uploaded.get(name.version)))
             catalog.save()
             self._releases = out
         return self._releases
@@ -170,14 +173,18 @@ class Auditor(TargetResolver):
     def first_shipped(self, pr: int, undone_by: Sequence[int]) -> FirstShipped:
         releases = self.releases()
         index = self.index([r.commit for r in releases if r.commit])
+        fix = self.kb.get(pr)
+        main = index.commits.get(fix.main_commit) if fix and fix.main_commit else None
+        merged = main.time if main is not None and main.time else (fix.merged_epoch if fix else None)
 
         def carries(sha: str) -> bool:
             view = self.view(sha)
-            if not presence(index, view, pr).effective:
+            here = presence(index, view, pr)
+            if not here.effective or any(presence(index, view, n).effective for n in undone_by):
                 return False
-            return not any(presence(index, view, n).effective for n in undone_by)
+            return self._proofs(index, view, [pr], {pr: here})[pr].proven  # its change, not only its title
 
-        return first_shipped(releases, carries, list_known=self.catalog().versions is not None)
+        return first_shipped(releases, carries, list_known=self.catalog().versions is not None, merged=merged)
 
     def release_notes(self, results: Sequence[FixResult]) -> list[str]:
         """Words for the terminal: why a first release is only an upper bound."""
@@ -221,9 +228,14 @@ class Auditor(TargetResolver):
         patches: Sequence[PatchRef | Path] = (),
         notes: Sequence[str] = (),
         releases: bool = True,
+        strategy: str | None = None,
+        base_dir: Path | None = None,
     ) -> AuditReport:
-        """`patches`: a plan's PatchRefs, or patch files (read through the same parser)."""
-        declared = patch_refs(patches)
+        """`patches`: a plan's PatchRefs (their text read under `base_dir`), or patch files
+        (read through the same parser); `strategy`: the build's, which decides whether it
+        applies them at all (only `source` runs git apply)."""
+        build = _build_patches(patches, strategy, base_dir)
+        declared = build.refs
         wanted = list(dict.fromkeys([*(prs if prs is not None else self.kb.prs()), *required, *asked]))
         undoers = {n for pr in wanted if (f := self.kb.get(pr)) for n in f.undone_by}
         index = self.index([commit])
@@ -232,6 +244,8 @@ class Auditor(TargetResolver):
         cut = truncated_at(index, view)
         here = {pr: presence(index, view, pr) for pr in [*wanted, *undoers]}
         markers = self._markers(commit, wanted, {pr for pr in wanted if here[pr].effective})
+        proofs = self._proofs(index, view, wanted, here)
+        patch_proofs = prove_patches(self.repo, commit, build, self.kb) if declared else []
         results: list[FixResult] = []
         for pr in wanted:
             fix = self.kb.get(pr)
@@ -242,8 +256,9 @@ class Auditor(TargetResolver):
                 here[pr],
                 undone_by=[(n, here[n]) for n in undone],
                 markers=markers.get(pr, ()),
-                patches=[p.path for p in declared if pr in p.prs],
+                patches=[p for p in patch_proofs if pr in p.prs],
                 truncated=cut,
+                proof=proofs[pr],
             )
             first = self.first_shipped(pr, undone) if releases else FirstShipped()
             title = fix.title if fix else self._subject_of(here[pr])
@@ -260,6 +275,7 @@ class Auditor(TargetResolver):
                     first_release_at_most=first.first_release_at_most,
                     first_rc_at_most=first.first_rc_at_most,
                     unchecked_releases=first.unchecked,
+                    excluded_before_merge=first.excluded_before_merge,
                     evidence=tuple(evidence),
                     required=pr in required,
                     asked=pr in asked,
@@ -286,6 +302,29 @@ class Auditor(TargetResolver):
             notes=tuple(report_notes),
             commit_time=info.time if (info := index.commits.get(commit)) and info.time else None,
         )
+
+    def _proofs(self, index: HistoryIndex, view: View, prs: Sequence[int], here: dict[int, Presence]) -> dict[int, ChangeProof]:
+        """Whether each PR's knowledge-base change is in the history: its main commit
+        reachable, else a carrier of the same patch-id (computed only for the few
+        carriers that need it, all in one git run, and cached)."""
+        carriers = {pr: [*here[pr].squash, *(sha for sha, _ in here[pr].picks)] for pr in prs}
+        need: list[str] = []
+        for pr in prs:
+            fix = self.kb.get(pr)
+            main = fix.main_commit if fix else ""
+            if not main or not carriers[pr] or (main in index.commits and contains(index, view, main)):
+                continue
+            need += [c for c in carriers[pr] if c != main]
+            if fix and not fix.patch_id and main in index.commits:
+                need.append(main)  # the change's patch-id from this history
+        ids, why = self.patch_ids.of(need) if need else ({}, "")
+        out: dict[int, ChangeProof] = {}
+        for pr in prs:
+            fix = self.kb.get(pr)
+            main = fix.main_commit if fix else ""
+            pid = (fix.patch_id if fix else "") or ((ids or {}).get(main, "") if main else "")
+            out[pr] = prove_change(index, view, pr, carriers[pr], main_commit=main, patch_id=pid, ids=ids, why_no_ids=why)
+        return out
 
     def _subject_of(self, here: Presence) -> str:
         """A PR outside the knowledge base is titled by its commit's subject."""
@@ -322,6 +361,8 @@ def audit_target(
         asked=fixes,
         patches=resolved.patches,
         notes=resolved.notes,
+        strategy=resolved.strategy,
+        base_dir=resolved.base_dir,
     )
     if not discover:
         return report
@@ -334,9 +375,13 @@ def check_required(
     required: Sequence[int],
     patches: Sequence[PatchRef | Path] = (),
     repo: Path | None = None,
+    *,
+    strategy: str | None = None,
+    base_dir: Path | None = None,
 ) -> AuditReport:
     """The audit a build gate needs: every KB fix plus `required`, with `patches`
-    (the plan's PatchRefs, as the build read them; or patch files).
+    (the plan's PatchRefs, as the build read them, their text under `base_dir`; or
+    patch files) and the build's `strategy` (only `source` applies patches).
 
     `report.missing_required` lists the required fixes that are absent,
     reverted or effect-absent and not patched. Raises EnvironmentProblem when
@@ -347,4 +392,17 @@ def check_required(
     auditor = Auditor(history)
     sha = auditor.resolve_commit(commit, f"vllm.commit {commit}")
     # a gate needs presence, not first releases: no network beyond the history
-    return auditor.audit(sha, target=commit, required=required, patches=patches, releases=False)
+    return auditor.audit(sha, target=commit, required=required, patches=patches, releases=False,
+                         strategy=strategy, base_dir=base_dir)
+
+
+_NOT_APPLIED = {
+    "wheel": "never applied: the wheel strategy installs the wheel as built and runs no git apply "
+             "(build.strategy: source applies patches)",
+}
+
+
+def _build_patches(patches: Sequence[PatchRef | Path], strategy: str | None, base_dir: Path | None) -> BuildPatches:
+    refs, texts = patch_texts(patches)
+    why = _NOT_APPLIED.get(strategy or "", "no build applies it: only a profile of build.strategy source runs git apply")
+    return BuildPatches(refs=refs, applies=strategy == "source", why_not=why, base_dir=base_dir, texts=texts)

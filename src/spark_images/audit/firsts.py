@@ -29,6 +29,7 @@ class Release:
     tag: str
     commit: str | None
     why_unchecked: str = ""
+    uploaded: int | None = None  # when PyPI got its first file (None: unknown, e.g. an rc tag)
 
     @property
     def final(self) -> bool:
@@ -42,6 +43,8 @@ class FirstShipped:
     first_rc: str | None = None
     first_rc_at_most: str | None = None
     unchecked: tuple[str, ...] = ()
+    # unchecked releases left out because PyPI got them before the fix's commit existed
+    excluded_before_merge: int = 0
 
 
 def release_list(
@@ -97,16 +100,25 @@ def _vllm_shape(tag: str) -> bool:
     return bool(_VLLM_TAG.match(tag))
 
 
-def first_shipped(releases: Sequence[Release], carries: Callable[[str], bool], *, list_known: bool = True) -> FirstShipped:
+def first_shipped(releases: Sequence[Release], carries: Callable[[str], bool], *, list_known: bool = True,
+                  merged: int | None = None) -> FirstShipped:
     """The first final and the first rc-or-final that carry the fix, each exact
-    only when every earlier release was checked (and the release list is PyPI's)."""
+    only when every earlier release was checked (and the release list is PyPI's).
+
+    `merged`: the committer time of the fix's squash commit on main. A release
+    PyPI got before then cannot carry it (a release is cut before its upload), so
+    an unchecked one of those is no doubt: it is counted, not listed."""
     unchecked: list[str] = []
+    excluded = 0
     first_final: Release | None = None
     first_any: Release | None = None
     unchecked_before_final: list[str] | None = None
     unchecked_before_any: list[str] | None = None
     for rel in releases:  # oldest first
         if rel.commit is None:
+            if merged is not None and rel.uploaded is not None and rel.uploaded < merged:
+                excluded += 1
+                continue
             unchecked.append(rel.tag)
             continue
         if first_final is not None:
@@ -132,4 +144,5 @@ def first_shipped(releases: Sequence[Release], carries: Callable[[str], bool], *
         first_rc=any_tag if exact_any else None,
         first_rc_at_most=None if exact_any else any_tag,
         unchecked=tuple(relevant),
+        excluded_before_merge=excluded,
     )

@@ -228,6 +228,65 @@ class Repo:
     def write_commit_graph(self) -> None:
         self._try("commit-graph", "write", "--reachable")
 
+    # -- content: patch-ids and patches applied to a commit's tree ----------------
+    def patch_ids(self, shas: Sequence[str], timeout: float = 300.0) -> dict[str, str]:
+        """sha -> `git patch-id --stable` of its diff against its first parent, for all
+        `shas` in one diff-tree and one patch-id process; "" for a commit with no diff
+        (empty, or a merge). May fetch trees and blobs in a partial clone."""
+        wanted = [s for s in dict.fromkeys(shas) if HEX.match(s) and len(s) == 40]
+        if not wanted:
+            return {}
+        diff = _run(["diff-tree", "-p", "--no-renames", "--no-color", "--no-ext-diff", "--stdin"], cwd=self.path,
+                    stdin=("\n".join(wanted) + "\n").encode(), timeout=timeout, lazy_fetch=True)
+        if diff.returncode != 0:
+            raise EnvironmentProblem(problem(f"{self.path}: cannot read the diffs of {len(wanted)} commit(s): "
+                                             f"{parse.last_line(diff.stderr)}"))
+        ids = _run(["patch-id", "--stable"], cwd=self.path, stdin=diff.stdout, timeout=timeout)
+        if ids.returncode != 0:
+            raise EnvironmentProblem(problem(f"{self.path}: git patch-id failed: {parse.last_line(ids.stderr)}"))
+        found = parse.parse_patch_ids(ids.stdout)
+        return {sha: found.get(sha, "") for sha in wanted}
+
+    def apply_to(self, commit: str, patches: Sequence[tuple[str, bytes]],
+                 timeout: float = 300.0) -> tuple[str, int, str]:
+        """Apply `patches` (name, bytes) in order to `commit`'s tree, as `git apply --check`
+        then `git apply` do in the build, in a throw-away index (no work tree is touched;
+        the patched blobs and trees are written as loose objects, which gc drops).
+        Returns (tree of the patched commit, patches applied, why the next one did not).
+        Raises EnvironmentProblem when the tree cannot be read here."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="spark-images-apply-") as tmp:
+            env_index = str(Path(tmp) / "index")
+
+            def run(args: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+                env = _env(True)
+                env["GIT_INDEX_FILE"] = env_index
+                try:
+                    return subprocess.run(["git", *args], cwd=self.path, input=stdin, capture_output=True,
+                                          timeout=timeout, env=env, check=False)
+                except subprocess.TimeoutExpired:
+                    raise EnvironmentProblem(problem(f"git {args[0]} took longer than {timeout:.0f}s in {self.path}")) from None
+
+            read = run(["read-tree", commit])
+            if read.returncode != 0:
+                raise EnvironmentProblem(problem(f"{self.path}: cannot read the tree of {commit[:12]}: {parse.last_line(read.stderr)}"))
+            done, why = 0, ""
+            for _name, data in patches:
+                check = run(["apply", "--cached", "--check", "-"], data)
+                if check.returncode != 0:
+                    why = f"git apply --check fails at {commit[:12]}: {parse.last_line(check.stderr)}"
+                    break
+                applied = run(["apply", "--cached", "-"], data)
+                if applied.returncode != 0:
+                    why = f"git apply fails at {commit[:12]}: {parse.last_line(applied.stderr)}"
+                    break
+                done += 1
+            tree = run(["write-tree"])
+            if tree.returncode != 0:
+                raise EnvironmentProblem(problem(f"{self.path}: git write-tree failed: {parse.last_line(tree.stderr)}"))
+            return tree.stdout.decode().strip(), done, why
+
 
 # -- the cached treeless clone of upstream vLLM --------------------------------
 def cache_root() -> Path:

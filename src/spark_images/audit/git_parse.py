@@ -162,3 +162,13 @@ def added_lines(out: bytes) -> dict[str, list[tuple[str, str]]]:
                 added.append((path, line[1:]))
         found[sha] = added
     return found
+
+
+def parse_patch_ids(out: bytes) -> dict[str, str]:
+    """`git patch-id` output (`PATCH_ID COMMIT` per line) as commit -> patch-id."""
+    found: dict[str, str] = {}
+    for line in out.decode("ascii", "replace").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and HEX.match(parts[0]) and HEX.match(parts[1]):
+            found[parts[1]] = parts[0]
+    return found

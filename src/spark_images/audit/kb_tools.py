@@ -12,12 +12,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from spark_images import defaults
 from spark_images.audit.discover import diff_evidence, message_evidence
 from spark_images.audit.knowledge import AREAS, Fix, KnowledgeBase
+from spark_images.core.errors import Finding, Problem
 
 UPSTREAM_REPO = defaults.VLLM_REPOSITORY
 OSV_SCHEMA = "1.6.0"
@@ -68,7 +70,10 @@ def marker_candidates(added: Sequence[tuple[str, str]], limit: int = 3) -> list[
     return out
 
 
-def draft_entry(pr: int, commit: str, subject: str, body: str, added: Sequence[tuple[str, str]]) -> dict[str, Any]:
+def draft_entry(pr: int, commit: str, subject: str, body: str, added: Sequence[tuple[str, str]], *,
+                patch_id: str = "", merged: int = 0) -> dict[str, Any]:
+    """`commit`: the full squash commit; `patch_id`: its `git patch-id --stable` ("" for
+    an empty commit); `merged`: its committer time (0: unknown)."""
     paths = list(dict.fromkeys(p for p, _ in added))
     title = _TRAILING_PR.sub("", subject).strip() or f"PR #{pr}"
     entry: dict[str, Any] = {
@@ -77,8 +82,13 @@ def draft_entry(pr: int, commit: str, subject: str, body: str, added: Sequence[t
         "area": guess_area(subject, paths),
         "severity": "medium",
         "symptom": "TODO: what goes wrong on the DGX Spark without it",
-        "main_commit": commit[:12],
+        "main_commit": commit,
     }
+    if patch_id:
+        entry["patch_id"] = patch_id
+    if merged:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(merged))
+        entry["merged"] = entry["date"] = stamp
     markers = marker_candidates(added)
     if markers:
         entry["markers"] = markers
@@ -86,17 +96,16 @@ def draft_entry(pr: int, commit: str, subject: str, body: str, added: Sequence[t
     return {"entry": entry, "evidence": why or "", "paths": paths[:50]}
 
 
-def _fixed_event(fix: Fix, full: Mapping[int, str]) -> list[dict[str, str]]:
-    commit = full.get(fix.pr) or fix.main_commit
+def _fixed_event(fix: Fix) -> list[dict[str, str]]:
     events = [{"introduced": "0"}]
-    if commit:
-        events.append({"fixed": commit})
+    if fix.main_commit:
+        events.append({"fixed": fix.main_commit})  # a full SHA: the knowledge base refuses prefixes
     return events
 
 
-def osv_record(fix: Fix, *, modified: str, full_commits: Mapping[int, str] | None = None) -> dict[str, Any]:
-    full = full_commits or {}
-    ranges: list[dict[str, Any]] = [{"type": "GIT", "repo": UPSTREAM_REPO, "events": _fixed_event(fix, full)}]
+def osv_record(fix: Fix) -> dict[str, Any]:
+    """One entry as an OSV record; `modified` is the entry's own date (never the export's)."""
+    ranges: list[dict[str, Any]] = [{"type": "GIT", "repo": UPSTREAM_REPO, "events": _fixed_event(fix)}]
     if fix.first_release:
         ranges.append({"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": fix.first_release}]})
     ours: dict[str, Any] = {
@@ -105,7 +114,8 @@ def osv_record(fix: Fix, *, modified: str, full_commits: Mapping[int, str] | Non
         "severity": fix.severity,
         "symptom": fix.symptom,
         "main_commit": fix.main_commit or None,
-        "main_commit_is_prefix": bool(fix.main_commit) and fix.pr not in full,
+        "patch_id": fix.patch_id or None,
+        "merged": fix.merged or None,
         "first_release": fix.first_release or None,
         "undone_by": list(fix.undone_by),
         "markers": [
@@ -118,8 +128,8 @@ def osv_record(fix: Fix, *, modified: str, full_commits: Mapping[int, str] | Non
         ours["status"] = "no fix commit recorded (context entry, unmerged, or not read off history yet)"
     return {
         "schema_version": OSV_SCHEMA,
-        "id": f"SPARK-VLLM-{fix.pr}",
-        "modified": modified,
+        "id": f"x_SPARK-VLLM-{fix.pr}",  # OSV: `x_` marks a local database that is not aggregated
+        "modified": fix.date,
         "summary": fix.title,
         "details": fix.symptom,
         "affected": [{"package": {"ecosystem": "PyPI", "name": "vllm", "purl": "pkg:pypi/vllm"}, "ranges": ranges}],
@@ -128,8 +138,15 @@ def osv_record(fix: Fix, *, modified: str, full_commits: Mapping[int, str] | Non
     }
 
 
-def osv_records(kb: KnowledgeBase, *, modified: str, full_commits: Mapping[int, str] | None = None) -> list[dict[str, Any]]:
-    return [osv_record(f, modified=modified, full_commits=full_commits) for f in kb.fixes]
+def osv_records(kb: KnowledgeBase, *, file: str = "fixes.yaml") -> list[dict[str, Any]]:
+    """Every entry as an OSV record, in the knowledge base's order. An entry without
+    a `date` has no `modified`: a Finding names each one."""
+    undated = [Problem(file, f"#{f.pr}.date", "missing: OSV's `modified` is the entry's own date",
+                       'add date: "YYYY-MM-DDTHH:MM:SSZ" (the main commit\'s committer date where it has one)')
+               for f in kb.fixes if not f.date]
+    if undated:
+        raise Finding(*undated)
+    return [osv_record(f) for f in kb.fixes]
 
 
 __all__ = ["AREAS", "draft_entry", "guess_area", "marker_candidates", "osv_record", "osv_records"]

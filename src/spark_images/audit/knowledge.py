@@ -9,20 +9,26 @@ reported at once, one line each, naming the entry and field.
 
 from __future__ import annotations
 
+import calendar
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from spark_images import defaults
 from spark_images.core.errors import Finding, Problem
 
 AREAS: tuple[str, ...] = ("build", "FP8", "NVFP4", "MoE", "b12x", "scheduler")
 SEVERITIES: tuple[str, ...] = ("critical", "high", "medium", "low", "info")
-_HEX = re.compile(r"^[0-9a-f]{7,40}$")
+_FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+# RFC 3339 in UTC, as OSV's `modified` wants it: 2026-05-28T07:30:26Z
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 _VERSION = re.compile(r"^\d+(\.\d+)+$")
 _FIX_KEYS = {
-    "pr", "title", "area", "severity", "symptom", "main_commit", "first_release", "undone_by", "markers",
+    "pr", "title", "area", "severity", "symptom", "main_commit", "patch_id", "merged", "date", "first_release",
+    "undone_by", "markers",
 }
 _MARKER_KEYS = {"path", "hints", "contains", "lacks", "source"}
 KB_LIMIT = 1024 * 1024  # the shipped file is ~10 KiB; a KB of thousands of entries still fits
@@ -60,10 +66,21 @@ class Fix:
     area: str
     severity: str
     symptom: str
-    main_commit: str = ""
+    main_commit: str = ""  # the full 40-hex squash commit on main
     first_release: str = ""
     undone_by: tuple[int, ...] = ()
     markers: tuple[Marker, ...] = ()
+    patch_id: str = ""  # `git patch-id --stable` of main_commit (proves a cherry-pick without it)
+    merged: str = ""  # main_commit's committer date (RFC 3339, UTC): the earliest a release can carry it
+    date: str = ""  # the entry's own date (OSV `modified`)
+
+    @property
+    def merged_epoch(self) -> int | None:
+        return _epoch(self.merged) if self.merged else None
+
+
+def _epoch(stamp: str) -> int:
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
 
 
 @dataclass(frozen=True)
@@ -137,8 +154,25 @@ def _fix(raw: Any, where: str, file: str, problems: list[Problem]) -> Fix | None
     if raw.get("severity") not in SEVERITIES:
         problems.append(Problem(file, f"{where}.severity", f"{raw.get('severity')!r} is not a severity", f"one of {', '.join(SEVERITIES)}"))
     main_commit = str(raw.get("main_commit", "") or "")
-    if main_commit and not _HEX.match(main_commit):
-        problems.append(Problem(file, f"{where}.main_commit", f"{main_commit!r} is not a hex commit prefix", "7 to 40 lower-case hex digits"))
+    if main_commit and not _FULL_SHA.match(main_commit):
+        problems.append(Problem(file, f"{where}.main_commit", f"{main_commit!r} is not a full commit SHA",
+                                "40 lower-case hex digits: git rev-parse PREFIX in a vLLM clone"))
+    patch_id = str(raw.get("patch_id", "") or "")
+    if patch_id and not _FULL_SHA.match(patch_id):
+        problems.append(Problem(file, f"{where}.patch_id", f"{patch_id!r} is not a patch-id",
+                                "40 lower-case hex digits: git show MAIN_COMMIT | git patch-id --stable"))
+    if patch_id and not main_commit:
+        problems.append(Problem(file, f"{where}.patch_id", "a patch-id without a main_commit", "give main_commit too"))
+    stamps: dict[str, str] = {}
+    for key in ("merged", "date"):
+        value = raw.get(key)
+        if value is not None and not (isinstance(value, str) and _TIMESTAMP.match(value) and _valid_time(value)):
+            problems.append(Problem(file, f"{where}.{key}", f"{value!r} is not a UTC timestamp",
+                                    'RFC 3339 in UTC, quoted: "2026-05-28T07:30:26Z"'))
+        elif value is not None:
+            stamps[key] = value
+    if "merged" in stamps and not main_commit:
+        problems.append(Problem(file, f"{where}.merged", "a merge date without a main_commit", "give main_commit too"))
     first_release = str(raw.get("first_release", "") or "")
     if first_release and not _VERSION.match(first_release):
         problems.append(Problem(file, f"{where}.first_release", f"{first_release!r} is not a release", 'e.g. "0.22.0"'))
@@ -160,10 +194,21 @@ def _fix(raw: Any, where: str, file: str, problems: list[Problem]) -> Fix | None
         severity=raw["severity"],
         symptom=raw["symptom"].strip(),
         main_commit=main_commit,
+        patch_id=patch_id,
+        merged=stamps.get("merged", ""),
+        date=stamps.get("date", ""),
         first_release=first_release,
         undone_by=tuple(undone),
         markers=tuple(m for m in markers if m is not None),
     )
+
+
+def _valid_time(stamp: str) -> bool:
+    try:
+        _epoch(stamp)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_knowledge(text: str, file: str = "fixes.yaml") -> KnowledgeBase:
@@ -204,8 +249,14 @@ def _parse_yaml(text: str, file: str) -> Any:
     return parse_yaml(text, file)
 
 
+KB_ENV = defaults.Env.KB
+
+
 def load_knowledge(path: str | os.PathLike[str] | None = None) -> KnowledgeBase:
-    """The knowledge base shipped with the package, or the file at `path`."""
+    """The knowledge base shipped with the package, or the file at `path` (else the
+    file $SPARK_IMAGES_KB names: a knowledge base of another history, e.g. a fork's)."""
+    if path is None and defaults.setting(KB_ENV):
+        path = defaults.setting(KB_ENV)
     if path is None:
         data = resources.files("spark_images.audit").joinpath("fixes.yaml").read_bytes()
         if len(data) > KB_LIMIT:

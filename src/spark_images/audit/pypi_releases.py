@@ -12,6 +12,7 @@ Cache: $XDG_CACHE_HOME/spark-images/pypi/ (next to the history clone).
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import hashlib
 import io
@@ -148,6 +149,37 @@ def read_sdist_commit(url: str, version: str) -> str | None:
     return parse_version_file(text)[1]
 
 
+def upload_times(doc: dict[str, Any]) -> dict[str, int]:
+    """version -> when its first file was uploaded (PEP 700 `upload-time`, seconds since
+    the epoch); a version whose files carry no upload time is left out."""
+    out: dict[str, int] = {}
+    for entry in doc.get("files") or []:
+        if not isinstance(entry, dict):
+            continue
+        name, stamp = entry.get("filename"), entry.get("upload-time")
+        if not (isinstance(name, str) and name.startswith("vllm-") and isinstance(stamp, str)):
+            continue
+        rest = name[len("vllm-"):]
+        version = rest[: -len(".tar.gz")] if rest.endswith(".tar.gz") else rest.split("-")[0] if name.endswith(".whl") else ""
+        when = _timestamp(stamp)
+        if version and when is not None:
+            out[version] = min(when, out.get(version, when))
+    return out
+
+
+def _timestamp(stamp: str) -> int | None:
+    """`2026-05-28T07:30:26.123456Z` (PEP 700's ISO 8601 in UTC) as seconds since the epoch."""
+    head = stamp[:19]
+    try:
+        parsed = time.strptime(head, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return None
+    tail = stamp[19:]
+    if tail and not (tail.endswith("Z") or tail.endswith("+00:00")):
+        return None
+    return calendar.timegm(parsed)
+
+
 # -- the catalog: versions + cached commits ----------------------------------------
 def _cache_file(base: str) -> Path:
     from spark_images.audit.git import cache_root
@@ -174,6 +206,7 @@ class Catalog:
     why: str = ""
     urls: dict[str, str] = field(default_factory=dict)
     commits: dict[str, str | None] = field(default_factory=dict)
+    uploaded: dict[str, int] = field(default_factory=dict)  # version -> first upload (epoch seconds)
     lookups: int = 0
     _dirty: bool = False
 
@@ -201,7 +234,7 @@ class Catalog:
             return
         path = _cache_file(self.base)
         doc = _read_cache(path)
-        doc.update({"index": self.base, "versions": self.versions, "urls": self.urls,
+        doc.update({"index": self.base, "versions": self.versions, "urls": self.urls, "uploaded": self.uploaded,
                     "commits": {**(doc.get("commits") or {}), **self.commits}})
         doc.setdefault("listed_at", time.time())
         with contextlib.suppress(OSError):  # a cache that cannot be written only costs a lookup next time
@@ -218,16 +251,20 @@ def load_catalog(base: str | None = None, *, max_age_s: float = LIST_MAX_AGE_S) 
     listed_at = cached.get("listed_at")
     fresh = isinstance(listed_at, (int, float)) and time.time() - listed_at < max_age_s
     if fresh and isinstance(cached.get("versions"), list) and isinstance(cached.get("urls"), dict):
-        return Catalog(base, [str(v) for v in cached["versions"]], urls=dict(cached["urls"]), commits=commits)
+        uploaded = {str(k): int(v) for k, v in (cached.get("uploaded") or {}).items() if isinstance(v, int)}
+        return Catalog(base, [str(v) for v in cached["versions"]], urls=dict(cached["urls"]), commits=commits,
+                       uploaded=uploaded)
     try:
         doc = fetch_project(base)
     except SparkImagesError as exc:
         why = exc.problems[0].message if exc.problems else str(exc)
         where = exc.problems[0].file if exc.problems else base
         return Catalog(base, None, why=f"{where}: {why}", commits=commits)
-    catalog = Catalog(base, versions_of(doc), urls=sdist_urls(doc, f"{base}/vllm/"), commits=commits)
+    catalog = Catalog(base, versions_of(doc), urls=sdist_urls(doc, f"{base}/vllm/"), commits=commits,
+                      uploaded=upload_times(doc))
     catalog._dirty = True
     path_doc = {"index": base, "listed_at": time.time(), "versions": catalog.versions, "urls": catalog.urls,
+                "uploaded": catalog.uploaded,
                 "commits": {k: v or "" for k, v in commits.items()}}
     with contextlib.suppress(OSError):
         atomic.write_text(path, json.dumps(path_doc, sort_keys=True))

@@ -1,6 +1,6 @@
 """Release names: tag parsing and PEP 440 ordering (pure). The network lookup
 that turns a release into its commit (the sdist's `vllm/_version.py`) lives in
-`pypi_releases.py`; `sdist_commit` here forwards to it.
+`pypi_releases.py` (which imports this pure module, never the other way).
 """
 
 from __future__ import annotations
@@ -8,8 +8,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from spark_images import pypi
 
 _TAG = re.compile(
     r"^v?(?P<release>\d+(?:\.\d+)*)"
@@ -108,17 +106,3 @@ def sdist_url(index_doc: dict[str, object], version: str) -> str | None:
         if isinstance(entry, dict) and entry.get("filename") == name and not entry.get("yanked"):
             return str(entry.get("url"))
     return None
-
-
-# -- network edge ---------------------------------------------------------------
-def pypi_index_url() -> str:
-    return pypi.index_url()
-
-
-def sdist_commit(version: str, timeout: float = 60.0) -> str:
-    """Commit (hex prefix) of a vLLM release, read from its sdist on PyPI through the one
-    PyPI client (`pypi.project_index`, `pypi.stream`: bounded reads); `timeout` is unused
-    (the client's overall deadline, SPARK_IMAGES_HTTP_TIMEOUT, applies) and kept for callers."""
-    from spark_images.audit.pypi_releases import sdist_commit as lookup
-
-    return lookup(version)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_images.audit._problems import problem
-from spark_images.audit.releases import sdist_commit, tag_candidates
+from spark_images.audit.pypi_releases import sdist_commit
+from spark_images.audit.releases import tag_candidates
 from spark_images.audit.sources import read_installed
 from spark_images.audit.targets import TargetSpec
 from spark_images.core.errors import UsageError
@@ -29,6 +30,8 @@ class Resolved:
     required: tuple[int, ...] = ()
     patches: tuple[PatchRef, ...] = ()
     notes: tuple[str, ...] = ()
+    strategy: str | None = None  # the profile's build strategy: whether the build applies the patches
+    base_dir: Path | None = None  # where the profile's patch paths are read
 
 
 class TargetResolver:
@@ -92,6 +95,8 @@ class TargetResolver:
         patches the build applies, read and parsed once, by `resolve.py`."""
         from spark_images.buildline.resolve import resolve_profile
 
-        plan = resolve_profile(path, read_lock=False).plan
+        resolved = resolve_profile(path, read_lock=False)
+        plan = resolved.plan
         sha = self.resolve_commit(plan.vllm_commit, f"{path}: vllm.commit")
-        return Resolved(sha, required=tuple(plan.required_fixes), patches=plan.patches, notes=(f"profile {path}",))
+        return Resolved(sha, required=tuple(plan.required_fixes), patches=plan.patches, notes=(f"profile {path}",),
+                        strategy=plan.strategy, base_dir=resolved.base_dir)

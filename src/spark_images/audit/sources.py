@@ -30,20 +30,26 @@ _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})(?:$|[.+])")
 _MEMBER_LIMIT = 4 * 1024 * 1024
 
 
-def patch_refs(patches: Sequence[PatchRef | Path | str]) -> tuple[PatchRef, ...]:
-    """The patches an audit counts. A plan's PatchRef is taken as it is (the
-    build read that file); a file given by path is read here and made into a
-    PatchRef by the same function the plan uses, so one header parser decides."""
+def patch_texts(patches: Sequence[PatchRef | Path | str]) -> tuple[tuple[PatchRef, ...], tuple[tuple[str, bytes], ...]]:
+    """The patches an audit counts, and the bytes of those read here. A plan's
+    PatchRef is taken as it is (the build read that file; its text is read again
+    where the content is proven, and must hash the same); a file given by path is
+    read here and made into a PatchRef by the same function the plan uses, so one
+    header parser decides."""
     from spark_images.buildline.plan import PatchRef, patch_ref
     from spark_images.buildline.resolve import PATCH_LIMIT
 
     out: list[PatchRef] = []
+    texts: list[tuple[str, bytes]] = []
     for patch in patches:
         if isinstance(patch, PatchRef):
             out.append(patch)
         else:
-            out.append(patch_ref(str(patch), inputs.read_text(patch, what="patch", limit=PATCH_LIMIT)))
-    return tuple(out)
+            text = inputs.read_text(patch, what="patch", limit=PATCH_LIMIT)
+            out.append(patch_ref(str(patch), text))
+            texts.append((str(patch), text.encode("utf-8")))
+    return tuple(out), tuple(texts)
+
 
 
 @dataclass(frozen=True)

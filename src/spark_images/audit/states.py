@@ -9,11 +9,15 @@ States, in the order they are decided:
   effect-unproven in the history, but nothing shows the change is in the tree:
                   the commit is empty (its tree equals its parent's) or a marker
                   could not be checked anywhere
-  included        the squash commit `(#N)` is reachable and, where the fix has
-                  markers, every marker holds
-  cherry-picked   the same, through a commit on a branch off main
-  patched         not (effectively) present, but a listed patch declares
-                  `Backport-Of: vllm-project/vllm#N`
+  included        the knowledge base's full main commit is reachable, or a commit
+                  on main with the same `git patch-id --stable` (a `(#N)` subject
+                  whose change differs is effect-unproven), and, where the fix
+                  has markers, every marker holds
+  cherry-picked   the same change through a commit on a branch off main
+  patched         not (effectively) present, but a listed patch declaring
+                  `Backport-Of: vllm-project/vllm#N` is proven: the build applies
+                  it (source strategy), it has hunks, `git apply --check` passes
+                  at the commit and the fix's markers hold in the patched tree
 Only included, cherry-picked and patched count as present for a gate.
 """
 
@@ -25,6 +29,7 @@ from typing import Any
 
 from spark_images.audit.history import HistoryIndex, Presence, is_empty_commit
 from spark_images.audit.knowledge import Marker
+from spark_images.audit.proof import ChangeProof, PatchProof
 
 STATES: tuple[str, ...] = (
     "included", "cherry-picked", "patched", "effect-unproven", "effect-absent", "reverted", "absent", "unknown",
@@ -74,6 +79,7 @@ class FixResult:
     first_release_at_most: str | None = None
     first_rc_at_most: str | None = None
     unchecked_releases: tuple[str, ...] = ()
+    excluded_before_merge: int = 0  # unchecked releases PyPI got before the fix's commit existed
 
     @property
     def failing(self) -> bool:
@@ -88,6 +94,7 @@ class FixResult:
             "first_release_at_most": self.first_release_at_most,
             "first_rc_at_most": self.first_rc_at_most,
             "unchecked_releases": list(self.unchecked_releases),
+            "excluded_before_merge": self.excluded_before_merge,
             "title": self.title,
             "symptom": self.symptom,
             "area": self.area,
@@ -166,21 +173,29 @@ def decide(
     *,
     undone_by: Sequence[tuple[int, Presence]] = (),
     markers: Sequence[MarkerResult] = (),
-    patches: Sequence[str] = (),
+    patches: Sequence[PatchProof] = (),
     truncated: Sequence[str] = (),
+    proof: ChangeProof | None = None,
 ) -> tuple[str, list[str]]:
-    """The state of PR `pr` at the target and the evidence that decided it."""
+    """The state of PR `pr` at the target and the evidence that decided it.
+
+    `proof`: whether the knowledge base's change itself is in the history (its main
+    commit, or a commit of the same patch-id); without it a `(#N)` subject proves
+    nothing. `patches`: the listed patches declaring `pr`, each proven or not."""
     evidence = presence_evidence(index, here)
-    patch_lines = [f"{p}: Backport-Of #{pr}" for p in patches]
+    patch_lines = [p.line(pr) for p in patches if p.proven]
+    unproven_patches = [p.line(pr) for p in patches if not p.proven]
     if not here.present:
         if patch_lines:
             return "patched", patch_lines
         if truncated:
             cut = ", ".join(_short(s) for s in truncated[:3])
-            return "unknown", [f"not found, but the history is cut at {cut} (shallow clone); cannot tell absent"]
-        return "absent", evidence or [f"no (#{pr}) commit, cherry-pick or patch in the target's history"]
+            return "unknown", [f"not found, but the history is cut at {cut} (shallow clone); cannot tell absent",
+                               *unproven_patches]
+        return "absent", [*(evidence or [f"no (#{pr}) commit, cherry-pick or patch in the target's history"]),
+                          *unproven_patches]
     if here.reverted:
-        return ("patched", [*evidence, *patch_lines]) if patch_lines else ("reverted", evidence)
+        return ("patched", [*evidence, *patch_lines]) if patch_lines else ("reverted", [*evidence, *unproven_patches])
     undoers = [(n, p) for n, p in undone_by if p.effective]
     failed = [m for m in markers if m.outcome == "failed"]
     if undoers or failed:
@@ -189,8 +204,14 @@ def decide(
             shas = p.squash or tuple(sha for sha, _ in p.picks)
             lines.append(f"effect undone by #{n} ({', '.join(_short(s) for s in shas)})")
         lines += [m.line() for m in failed]
-        return ("patched", [*lines, *patch_lines]) if patch_lines else ("effect-absent", lines)
-    lines = evidence + [m.line() for m in markers]
+        return ("patched", [*lines, *patch_lines]) if patch_lines else ("effect-absent", [*lines, *unproven_patches])
+    proof_lines = proof.lines() if proof is not None else []
+    lines = evidence + proof_lines + [m.line() for m in markers]
+    if proof is None or not proof.proven:
+        if patch_lines:
+            return "patched", [*lines, *patch_lines]
+        return "effect-unproven", [*lines, *unproven_patches,
+                                   "in the history, effect unproven: no reachable commit carries the knowledge base's change"]
     unverified = [m for m in markers if m.outcome != "ok"]
     carriers = here.squash or tuple(sha for sha, _ in here.picks)
     empty = bool(carriers) and all(is_empty_commit(index, sha) for sha in carriers)
@@ -201,6 +222,6 @@ def decide(
         )
         if patch_lines:
             return "patched", [*lines, *patch_lines]
-        return "effect-unproven", [*lines, f"in the history, effect unproven: {why}"]
-    lines += [f"{p} also declares it (the patch may no longer apply)" for p in patches]
-    return ("included" if here.squash else "cherry-picked"), lines
+        return "effect-unproven", [*lines, *unproven_patches, f"in the history, effect unproven: {why}"]
+    lines += [f"{p.path} also declares it (the patch may no longer apply)" for p in patches]
+    return ("included" if proof.on_main(index) else "cherry-picked"), lines

@@ -106,7 +106,8 @@ def audit(v: Validated, vllm_repo: Path | None, log: Log) -> Audited:
     from_patches = tuple(sorted({pr for patch in plan.patches for pr in patch.prs}))
     try:
         # the plan's own PatchRefs: the PRs its headers declare were parsed once, when planning
-        report = audit_mod.check_required(plan.vllm_commit, required, plan.patches, vllm_repo)
+        report = audit_mod.check_required(plan.vllm_commit, required, plan.patches, vllm_repo,
+                                          strategy=plan.strategy, base_dir=v.base_dir)
     except EnvironmentProblem as exc:
         why = "; ".join(line.removeprefix(": ") for line in exc.lines())
         log(f"[audit] skipped: {why}")

@@ -7,8 +7,10 @@
         [--repo PATH] [--output FILE]
                                  affected package vllm, GIT ranges with
                                  introduced/fixed on vllm-project/vllm, our
-                                 fields under database_specific; --repo turns
-                                 commit prefixes into full SHAs
+                                 fields under database_specific; `modified` is
+                                 each entry's own date, so two exports of one
+                                 knowledge base are byte-identical; --repo checks
+                                 that every main commit is in that clone
 
 --kb FILE reads another knowledge base instead of the shipped one. History:
 --repo PATH, else the cached clone (see `spark-images audit --help`).
@@ -20,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.set_defaults(handler=run_add)
     export = inner.add_parser("export", help="the knowledge base as OSV-style JSON")
     export.add_argument("--format", choices=("osv",), required=True)
-    export.add_argument("--repo", type=Path, metavar="PATH", help="resolve commit prefixes to full SHAs in this clone")
+    export.add_argument("--repo", type=Path, metavar="PATH", help="check that every main commit is in this clone")
     export.add_argument("--kb", type=Path, metavar="FILE", help="knowledge base to export (default: the shipped one)")
     export.add_argument("--output", type=Path, metavar="FILE", help="write the JSON here (atomically) instead of stdout")
     export.set_defaults(handler=run_export, json=True)
@@ -74,7 +74,10 @@ def run_add(args: argparse.Namespace) -> int:
                                  "check the number (issues are not PRs), or fetch newer history"))
     sha = next((s for s in shas if s in index.reach), shas[0])  # the squash on main before a cherry-pick
     subject, body = auditor.repo.messages([sha]).get(sha, (index.commits[sha].subject, ""))
-    draft = draft_entry(args.pr, sha, subject, body, auditor.repo.patch_of(sha))
+    ids, _why = auditor.patch_ids.of([sha])
+    merged = index.commits[sha].time if sha in index.commits else 0
+    draft = draft_entry(args.pr, sha, subject, body, auditor.repo.patch_of(sha),
+                        patch_id=(ids or {}).get(sha, ""), merged=merged)
     draft["commit"] = sha
     text = (
         f"# draft for #{args.pr} from {sha[:12]}: review every field before adding it to fixes.yaml\n"
@@ -85,27 +88,22 @@ def run_add(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _modified() -> str:
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
-    when = int(epoch) if epoch.isdigit() else int(time.time())
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-
-
 def run_export(args: argparse.Namespace) -> int:
     from spark_images.audit import load_knowledge
     from spark_images.audit.kb_tools import osv_records
 
     kb = load_knowledge(args.kb)
-    full: dict[int, str] = {}
+    where = str(args.kb or "fixes.yaml")
     if args.repo is not None:
         from spark_images.audit.git import Repo
 
         repo = Repo(args.repo)
-        for fix in kb.fixes:
-            found = repo.commits_with_prefix(fix.main_commit) if fix.main_commit else []
-            if len(found) == 1:
-                full[fix.pr] = found[0]
-    records: list[dict[str, Any]] = osv_records(kb, modified=_modified(), full_commits=full)
+        missing = [Problem(where, f"#{f.pr}.main_commit", f"{f.main_commit} is not in {args.repo}",
+                           "fetch newer history into that clone, or correct the entry")
+                   for f in kb.fixes if f.main_commit and repo.resolve_commit(f.main_commit) != f.main_commit]
+        if missing:
+            raise Finding(*missing)
+    records: list[dict[str, Any]] = osv_records(kb, file=where)
     text = json.dumps(records, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     if args.output is not None:
         atomic.write_text(args.output, text)

@@ -33,7 +33,8 @@ def _audit(resolved: Any, repo: Path | None) -> dict[str, Any]:
     from spark_images import audit
 
     try:
-        report = audit.check_required(plan.vllm_commit, plan.required_fixes, plan.patches, repo)
+        report = audit.check_required(plan.vllm_commit, plan.required_fixes, plan.patches, repo,
+                                      strategy=plan.strategy, base_dir=resolved.base_dir)
     except EnvironmentProblem as exc:  # no history here: the stage did not run
         return {"status": "skipped", "reason": "; ".join(exc.lines())}
     missing = [fix.pr for fix in report.missing_required]
@@ -42,6 +43,17 @@ def _audit(resolved: Any, repo: Path | None) -> dict[str, Any]:
         doc["reason"] = "required fixes absent and not patched: " + ", ".join(f"#{n}" for n in missing)
         doc["missing"] = missing
     return doc
+
+
+def _unapplied_patches(resolved: Any) -> list[str]:
+    """A patch the build never applies is a finding: the wheel strategy installs the
+    wheel as built, and its Dockerfile runs no git apply."""
+    plan = resolved.plan
+    if plan.strategy == "source":
+        return []
+    return [f"{resolved.profile.path}: patches[{i}]: {ref.path} is never applied: build.strategy {plan.strategy} "
+            "installs the wheel as built (fix: set build.strategy: source, or remove the patch)"
+            for i, ref in enumerate(plan.patches)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
             warnings=[p.to_json() for p in resolved.warnings],
         )
         problems.extend(p.line() for p in resolved.warnings)
+        unapplied = _unapplied_patches(resolved)
+        if unapplied:
+            entry.update(status="invalid", unapplied_patches=unapplied)
+            problems.extend(unapplied)
+            worst = max(worst, EXIT_FINDING)
         audit_doc = {"status": "skipped", "reason": "--no-audit"} if args.no_audit else _audit(resolved, args.repo)
         entry["audit"] = audit_doc
         if audit_doc["status"] == "failed":

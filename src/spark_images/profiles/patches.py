@@ -5,7 +5,10 @@ A patch starts with header lines before the diff, e.g.
     Backport-Of: vllm-project/vllm#40923
     Upstream-Commit: 6cc8577421f2...
 
-One `Backport-Of` line per PR. The audit reports such a PR as `patched`.
+One `Backport-Of` line per PR. A header alone proves nothing: the audit reports
+such a PR as `patched` only when the build applies the patch (the source
+strategy), the patch has hunks, `git apply --check` passes at the pinned commit
+and the fix's markers hold in the patched tree.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import re
 
 _BACKPORT = re.compile(r"^Backport-Of:\s*(?:vllm-project/vllm)?#(\d+)\s*$", re.MULTILINE)
 _DIFF_START = re.compile(r"^(diff --git |--- )", re.MULTILINE)
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@", re.MULTILINE)
 
 
 def header(text: str) -> str:
@@ -30,3 +34,9 @@ def declared_prs(text: str) -> list[int]:
         if pr not in seen:
             seen.append(pr)
     return seen
+
+
+def hunk_count(text: str) -> int:
+    """The `@@ -a,b +c,d @@` hunks of the diff: a patch without any changes nothing."""
+    m = _DIFF_START.search(text)
+    return len(_HUNK.findall(text, m.start())) if m else 0
