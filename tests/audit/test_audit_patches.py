@@ -15,9 +15,9 @@ from audit_histories import VllmLike, backport_patch, git, pin_commits, source_s
 
 from spark_images.audit import check_required
 from spark_images.audit import git_parse as parse
-from spark_images.buildline.plan import PatchRef, patch_ref
 from spark_images.buildline.resolve import resolve_profile
 from spark_images.cli import main
+from spark_images.profiles.patches import PatchRef, patch_ref
 
 PROJECT = Path(__file__).resolve().parents[2]
 MARLIN = "Backport-Of: vllm-project/vllm#40923\n\ndiff --git a/x b/x\n"

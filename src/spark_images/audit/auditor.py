@@ -37,7 +37,7 @@ from spark_images.audit.markers import check_fixes
 from spark_images.audit.proof import ChangeProof, prove_change
 from spark_images.audit.pypi_releases import Catalog, load_catalog
 from spark_images.audit.releases import parse_tag
-from spark_images.audit.resolving import TargetResolver
+from spark_images.audit.resolving import ProfileResolver, TargetResolver
 from spark_images.audit.sources import patch_texts
 from spark_images.audit.states import AuditReport, FixResult, MarkerResult, decide
 from spark_images.audit.targets import classify, path_exists
@@ -45,7 +45,7 @@ from spark_images.core.errors import EnvironmentProblem, UsageError
 
 if TYPE_CHECKING:
     from spark_images.audit.git_parse import TagRef
-    from spark_images.buildline.plan import PatchRef
+    from spark_images.profiles.patches import PatchRef
 
 _MIN_PR_SUBJECT_RATIO = 0.3
 _SAMPLE = 200
@@ -345,12 +345,15 @@ def audit_target(
     kb: KnowledgeBase | None = None,
     discover: bool = False,
     since: str | None = None,
+    profile_resolver: ProfileResolver | None = None,
 ) -> AuditReport:
     """`spark-images audit TARGET`: the report for the KB (or only `fixes`);
-    with `discover`, also the Spark-relevant PRs of `since..TARGET` the KB lacks."""
+    with `discover`, also the Spark-relevant PRs of `since..TARGET` the KB lacks.
+    A profile TARGET is resolved by `profile_resolver` (the build's own)."""
     spec = classify(target, exists=path_exists(target) and not target.endswith((".yaml", ".yml")))
     history = open_history(repo)
     auditor = Auditor(history, kb)
+    auditor.profile_resolver = profile_resolver
     resolved = auditor.resolve(spec)
     prs = list(fixes) if fixes else None
     report = auditor.audit(

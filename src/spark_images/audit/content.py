@@ -27,7 +27,7 @@ from spark_images.core.errors import EnvironmentProblem, SparkImagesError
 from spark_images.profiles import patches as patch_text
 
 if TYPE_CHECKING:
-    from spark_images.buildline.plan import PatchRef
+    from spark_images.profiles.patches import PatchRef
 
 _CACHE_LIMIT = 64 * 1024 * 1024
 

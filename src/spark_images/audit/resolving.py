@@ -1,12 +1,15 @@
 """TARGET -> the commit to audit, with what the target itself requires.
 
 A commit or short SHA, a release (its tag, else the commit its PyPI sdist
-records), a profile (through the build's own resolver, so the audit counts the
-patches the build applies), or an installed vLLM (wheel, directory, image).
+records), a profile (through the build's own resolver, which the caller hands
+in as `profile_resolver`, so the audit counts the patches the build applies and
+the audit room never imports the build line), or an installed vLLM (wheel,
+directory, image).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +24,7 @@ from spark_images.core.errors import UsageError
 if TYPE_CHECKING:
     from spark_images.audit import git as gitmod
     from spark_images.audit.clone import History
-    from spark_images.buildline.plan import PatchRef
+    from spark_images.profiles.patches import PatchRef
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,27 @@ class Resolved:
     base_dir: Path | None = None  # where the profile's patch paths are read
 
 
+@dataclass(frozen=True)
+class ProfileFacts:
+    """What the build's plan of a profile says the audit must count."""
+
+    commit: str
+    required: tuple[int, ...]
+    patches: tuple[PatchRef, ...]
+    strategy: str
+    base_dir: Path
+
+
+ProfileResolver = Callable[[Path], ProfileFacts]
+
+
 class TargetResolver:
-    """Resolving targets, for `Auditor` (which sets `history` and `repo`)."""
+    """Resolving targets, for `Auditor` (which sets `history`, `repo` and, for
+    profile targets, `profile_resolver`)."""
 
     history: History
     repo: gitmod.Repo
+    profile_resolver: ProfileResolver | None = None
 
     def resolve_commit(self, rev: str, what: str) -> str:
         sha = self._resolve_once(rev, what)
@@ -92,11 +111,10 @@ class TargetResolver:
 
     def _resolve_profile(self, path: Path) -> Resolved:
         """The build's own plan of the profile: its commit, required fixes and the
-        patches the build applies, read and parsed once, by `resolve.py`."""
-        from spark_images.buildline.resolve import resolve_profile
-
-        resolved = resolve_profile(path, read_lock=False)
-        plan = resolved.plan
-        sha = self.resolve_commit(plan.vllm_commit, f"{path}: vllm.commit")
-        return Resolved(sha, required=tuple(plan.required_fixes), patches=plan.patches, notes=(f"profile {path}",),
-                        strategy=plan.strategy, base_dir=resolved.base_dir)
+        patches the build applies, read and parsed once, by the build's resolver."""
+        if self.profile_resolver is None:
+            raise UsageError(problem(f"{path}: a profile target needs the build's resolver (run `spark-images audit PROFILE`)"))
+        facts = self.profile_resolver(path)
+        sha = self.resolve_commit(facts.commit, f"{path}: vllm.commit")
+        return Resolved(sha, required=facts.required, patches=facts.patches, notes=(f"profile {path}",),
+                        strategy=facts.strategy, base_dir=facts.base_dir)

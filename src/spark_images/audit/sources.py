@@ -23,7 +23,7 @@ from spark_images.core import inputs
 from spark_images.core.errors import EnvironmentProblem, UsageError
 
 if TYPE_CHECKING:
-    from spark_images.buildline.plan import PatchRef
+    from spark_images.profiles.patches import PatchRef
 
 _DIST_INFO = re.compile(r"(?:^|/)vllm-[^/]+\.dist-info/(METADATA|direct_url\.json)$")
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})(?:$|[.+])")
@@ -36,8 +36,7 @@ def patch_texts(patches: Sequence[PatchRef | Path | str]) -> tuple[tuple[PatchRe
     where the content is proven, and must hash the same); a file given by path is
     read here and made into a PatchRef by the same function the plan uses, so one
     header parser decides."""
-    from spark_images.buildline.plan import PatchRef, patch_ref
-    from spark_images.buildline.resolve import PATCH_LIMIT
+    from spark_images.profiles.patches import PATCH_LIMIT, PatchRef, patch_ref
 
     out: list[PatchRef] = []
     texts: list[tuple[str, bytes]] = []

@@ -8,12 +8,11 @@ the caller (the CLI reads the files), so this module does no I/O.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from spark_images.profiles import patches as patch_headers
+from spark_images.profiles.patches import PatchRef, patch_ref
 from spark_images.profiles.profile import Profile
 from spark_images.profiles.toolchain import arch_list_for, cuda_line
 
@@ -31,23 +30,6 @@ def default_system_packages(python: str) -> tuple[str, ...]:
         f"python{python}",
         f"python{python}-dev",
         f"python{python}-venv",
-    )
-
-
-@dataclass(frozen=True)
-class PatchRef:
-    path: str
-    sha256: str
-    prs: tuple[int, ...]
-
-
-def patch_ref(path: str, text: str) -> PatchRef:
-    """A patch as the build and the audit both see it: its bytes' digest and the
-    PRs its header declares (the one place a PatchRef is made)."""
-    return PatchRef(
-        path=path,
-        sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-        prs=tuple(patch_headers.declared_prs(text)),
     )
 
 

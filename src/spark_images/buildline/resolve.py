@@ -19,10 +19,10 @@ from spark_images.core import inputs
 from spark_images.core.errors import Finding, Problem, SparkImagesError
 from spark_images.profiles import patches as patch_headers
 from spark_images.profiles import reqlock
+from spark_images.profiles.patches import PATCH_LIMIT
 from spark_images.profiles.profile import Profile, load_profile
 from spark_images.profiles.toolchain import check_profile
 
-PATCH_LIMIT = 4 * inputs.MiB  # a backport is a few KB; a lock ~100 KB
 LOCK_LIMIT = 4 * inputs.MiB
 _FIX_PATH = "paths are relative to the folder that holds profiles/"
 

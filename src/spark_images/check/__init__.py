@@ -7,8 +7,9 @@ ready / degraded / broken (`verdict`). The build line calls `gather` (with the
 profile's required globs) and `judge_gathered` on the OCI archive it built: one
 read gives both the check and the cubin gate's report (`Gathered.cubins`).
 `diff.compare` sets two results side by side; `report` renders terminal text
-and Markdown. `collect` is the only
-module here that does I/O.
+and Markdown; `vllm_source` reads the serve flags, environment variables and
+backend names from the image's own vLLM source (with `ast`, never imported).
+`collect` is the only module here that does I/O.
 """
 
 from __future__ import annotations

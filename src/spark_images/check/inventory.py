@@ -131,7 +131,7 @@ def parse_env_vars(data: bytes) -> frozenset[str] | None:
     """The variables the image's vllm/envs.py defines (parsed with ast, never imported)."""
     import ast
 
-    from spark_images.recipes.vllm_source import env_facts
+    from spark_images.check.vllm_source import env_facts
 
     try:
         tree = ast.parse(bytes(data).decode("utf-8", "replace"))

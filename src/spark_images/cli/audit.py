@@ -33,6 +33,8 @@ from pathlib import Path
 
 from spark_images.audit import audit_target
 from spark_images.audit.report import render_markdown, render_table
+from spark_images.audit.resolving import ProfileFacts
+from spark_images.buildline.resolve import resolve_profile
 from spark_images.cli._common import add_json_flag, emit, target
 from spark_images.core.errors import EXIT_FINDING, EXIT_OK, UsageError
 
@@ -63,6 +65,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def profile_facts(path: Path) -> ProfileFacts:
+    """A profile as the build plans it (the build's own resolver), for the audit."""
+    resolved = resolve_profile(path, read_lock=False)
+    plan = resolved.plan
+    return ProfileFacts(commit=plan.vllm_commit, required=tuple(plan.required_fixes), patches=plan.patches,
+                        strategy=plan.strategy, base_dir=resolved.base_dir)  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     if args.json and args.markdown:
         raise UsageError("--json and --markdown: choose one")
@@ -71,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     if args.since is not None and (not args.since.strip() or args.since.startswith("-")):
         raise UsageError(f"--since {args.since!r}: not a git revision (give a tag, branch or commit)")
     fixes = [n for group in args.fixes for n in group]
-    report = audit_target(args.target, fixes=fixes, repo=args.repo, discover=args.discover, since=args.since)
+    report = audit_target(args.target, fixes=fixes, repo=args.repo, discover=args.discover, since=args.since,
+                          profile_resolver=profile_facts)  # fmt: skip
     text = render_markdown(report) if args.markdown else render_table(report)
     emit(args, report.to_json(), text)
     return EXIT_FINDING if report.missing_required else EXIT_OK

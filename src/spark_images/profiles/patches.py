@@ -13,7 +13,13 @@ and the fix's markers hold in the patched tree.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from dataclasses import dataclass
+
+from spark_images.core.inputs import MiB
+
+PATCH_LIMIT = 4 * MiB  # a backport is a few KB
 
 _BACKPORT = re.compile(r"^Backport-Of:\s*(?:vllm-project/vllm)?#(\d+)\s*$", re.MULTILINE)
 _DIFF_START = re.compile(r"^(diff --git |--- )", re.MULTILINE)
@@ -40,3 +46,17 @@ def hunk_count(text: str) -> int:
     """The `@@ -a,b +c,d @@` hunks of the diff: a patch without any changes nothing."""
     m = _DIFF_START.search(text)
     return len(_HUNK.findall(text, m.start())) if m else 0
+
+
+@dataclass(frozen=True)
+class PatchRef:
+    """A patch as the build and the audit both see it: path, digest of its bytes, declared PRs."""
+
+    path: str
+    sha256: str
+    prs: tuple[int, ...]
+
+
+def patch_ref(path: str, text: str) -> PatchRef:
+    """The one place a PatchRef is made."""
+    return PatchRef(path=path, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), prs=tuple(declared_prs(text)))

@@ -1,7 +1,7 @@
 """Recipes: one model served on a Spark, as pinned data, checked and fitted before it runs.
 
 Owns: the recipe model and its schema (`model`), the facts read from an
-image's own vLLM source (`vllm_source`, parsed with `ast`, never imported),
+image's own vLLM source (`check.vllm_source`, parsed with `ast`, never imported),
 the recipe check (`checker`), the kernel needs of a recipe against the
 image's cubin scan (`kernels`), the memory fit (`weights`, `kvcache`, `fit`,
 with every documented figure in `defaults`), the hub and local reads of a

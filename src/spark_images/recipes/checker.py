@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_images.check.rules import Impact, Reason
+from spark_images.check.vllm_source import VllmFacts
 from spark_images.recipes import gate
 from spark_images.recipes.kernels import needs
 from spark_images.recipes.model import Recipe
-from spark_images.recipes.vllm_source import VllmFacts
 
 # the checkpoint's format -> quantization methods of vLLM that load it (any one will do)
 LOADERS: dict[str, tuple[str, ...]] = {

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from spark_images.check.collect import Gathered, gather
 from spark_images.check.inventory import site_relative
-from spark_images.recipes.vllm_source import SOURCE_FILES, VllmFacts, parse_facts
+from spark_images.check.vllm_source import SOURCE_FILES, VllmFacts, parse_facts
 
 SOURCE_LIMIT = 4 << 20  # bytes of one source file; arg_utils.py is ~150 KB
 
