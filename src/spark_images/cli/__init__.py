@@ -37,6 +37,7 @@ COMMANDS: tuple[str, ...] = (
     "publish",
     "monitor",
     "kb",
+    "cluster",
 )
 
 
