@@ -28,7 +28,7 @@ from pathlib import Path
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.cluster import plan_inputs
 from spark_images.cluster.plan import ClusterPlan, NodeSpec, make_plan, parse_node, plan_text
-from spark_images.errors import EXIT_FINDING, Finding, UsageError
+from spark_images.errors import EXIT_FINDING, UsageError
 from spark_images.lock import DEFAULT_LOCK
 
 
@@ -83,12 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from spark_images.cluster import driver  # the engine client only for the verbs that drive one
 
     if args.verb == "up":
-        try:
-            outcome = driver.up(plan, _progress, serve=not args.no_serve)
-        except Finding as exc:
-            for problem in exc.problems:
-                _progress(problem.line())
-            raise
+        outcome = driver.up(plan, _progress, serve=not args.no_serve)  # a failed fact: Finding, exit 1
         text = "\n".join([*(f.line() for f in outcome.facts),
                           "times: " + ", ".join(f"{k} {v:.1f} s" for k, v in outcome.timings.items()),
                           f"endpoint: {plan.endpoint}" if not args.no_serve else "vLLM not started (--no-serve)"])  # fmt: skip

@@ -198,6 +198,8 @@ def _start_and_check(engines: list[NodeEngine], plan: ClusterPlan, outcome: Outc
         except StepFailed as exc:
             raise Finding(str(exc)) from None
     outcome.facts += _preflight(engines, plan)
+    if not all(f.ok for f in outcome.facts):
+        raise _failed(outcome)  # a wrong interface or driver: no point waiting for Ray
     outcome.facts.append(_wait_joined(engines, plan, progress))
     outcome.timings["ray_join"] = time.monotonic() - clock
     if not all(f.ok for f in outcome.facts):
