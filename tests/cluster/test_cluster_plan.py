@@ -99,3 +99,13 @@ def test_serve_args_may_not_set_what_the_plan_decides(tmp_path: Path) -> None:
     recipe.write_text("name: x\nmodel: a/b\nserve:\n  args: [--tensor-parallel-size, '4']\n")
     out = plan(str(recipe), *NODES, "--image", IMAGE)
     assert out.returncode == 1 and "serve.args: sets --tensor-parallel-size" in out.stderr
+
+
+def test_the_readme_table_lists_every_cluster_setting_with_its_default() -> None:
+    from spark_images.cluster.settings import DEFAULTS
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Multi-Spark"):readme.index("## Local engine")]
+    for key, (default, _meaning) in DEFAULTS.items():
+        shown = "null" if default is None else f"`{default!r}`".replace("'", "")
+        assert f"| `{key}` | {shown} |" in section, key
