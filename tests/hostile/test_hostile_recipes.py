@@ -69,12 +69,12 @@ SPECIFIC: list[tuple[str, str, Any, str]] = [
     ("tok-negative", "expect.decode_tok_s.value", -1, "expect.decode_tok_s.value"),
     ("tok-no-source", "expect.decode_tok_s", {"value": 58}, "expect.decode_tok_s.source"),
     ("profiles-path", "profiles", ["../cu130"], "profiles[0]"),
-    ("cluster-nodes-3", "cluster", {"nodes": 3, "interface": "eth0", "hca": "mlx5_0", "ray_port": 6379}, "cluster.nodes"),
-    ("cluster-ifname-long", "cluster", {"nodes": 2, "interface": "x" * 40, "hca": "mlx5_0", "ray_port": 6379}, "cluster.interface"),
-    ("cluster-ifname-inject", "cluster", {"nodes": 2, "interface": "eth0;id", "hca": "mlx5_0", "ray_port": 6379}, "cluster.interface"),
-    ("cluster-hca-space", "cluster", {"nodes": 2, "interface": "eth0", "hca": "mlx5 0", "ray_port": 6379}, "cluster.hca"),
-    ("cluster-port-low", "cluster", {"nodes": 2, "interface": "eth0", "hca": "mlx5_0", "ray_port": 80}, "cluster.ray_port"),
-    ("cluster-missing", "cluster", {"nodes": 2}, "cluster.interface"),
+    ("cluster-nodes-3", "cluster", {"nodes": 3}, "cluster.nodes"),
+    ("cluster-ifname-long", "cluster", {"socket_ifname": "x" * 40}, "cluster.socket_ifname"),
+    ("cluster-ifname-inject", "cluster", {"socket_ifname": "eth0;id"}, "cluster.socket_ifname"),
+    ("cluster-hca-space", "cluster", {"ib_hca": "mlx5 0"}, "cluster.ib_hca"),
+    ("cluster-port-high", "cluster", {"ray_port": 70000}, "cluster.ray_port"),
+    ("cluster-not-a-string", "cluster", {"socket_ifname": 5}, "cluster.socket_ifname"),
     ("unknown-key", "limits.max_model_length", 4096, "limits.max_model_length"),
 ]
 

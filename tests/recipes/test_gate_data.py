@@ -26,7 +26,8 @@ def test_serve_command_is_the_model_then_the_args_revision_and_limits() -> None:
 def test_a_cluster_recipe_carries_its_interface_variables() -> None:
     recipe = load_recipe(RECIPES / "qwen3-235b-a22b-gptq-int4-2x.yaml")
     _argv, env = gate.serve_command(recipe)
-    assert env == {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_HCA": "rocep1s0f1"}
+    assert env == {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
+                   "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1", "UCX_NET_DEVICES": "enp1s0f1np1"}
     assert recipe.cluster is not None and recipe.cluster.ray_port == 6379
 
 

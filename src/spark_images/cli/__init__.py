@@ -39,6 +39,7 @@ COMMANDS: tuple[str, ...] = (
     "kb",
     "recipe",
     "fit",
+    "cluster",
 )
 
 

@@ -2,8 +2,9 @@
 
 Every module here may import python_on_whales; nothing outside `engine/` may.
 Submodules: `images` (save/inspect local images), `build` (buildx builds),
-`containers` (run/stop/logs for the coherence runner). They share the client
-and the availability check below.
+`containers` (run/stop/logs for the coherence runner), `nodes` (one cluster
+node's engine, local or ssh://, for `cluster up|down|status`). They share the
+client and the availability check below (`nodes` makes one client per node).
 """
 
 from __future__ import annotations

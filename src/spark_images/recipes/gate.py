@@ -37,7 +37,7 @@ def serve_command(recipe: Recipe) -> tuple[list[str], dict[str, str]]:
     """(argv, env) of the served model; a cluster recipe adds its NCCL/Gloo interface variables."""
     env = dict(recipe.serve_env)
     if recipe.cluster is not None:
-        env = {**recipe.cluster.env(), **env}
+        env = {**recipe.cluster.link_env(), **env}
     return ["vllm", "serve", recipe.model.reference(), *serve_args(recipe)], env
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from spark_images.core import inputs
 from spark_images.core.errors import Finding, Problem, SparkImagesError, UsageError
+from spark_images.profiles.cluster import ClusterSettings, parse_settings
 from spark_images.profiles.schema import Field, json_schema, show, validate
 from spark_images.profiles.values import (
     ABSOLUTE_PATH,
@@ -119,13 +120,7 @@ SPEC: dict[str, Field] = {
     "cluster": Field(
         dict,
         required=False,
-        doc="two Sparks over the ConnectX-7 link, through Ray",
-        children={
-            "nodes": Field(int, check=between(2, 2), doc="2: two Sparks"),
-            "interface": matching(IFNAME, "a network interface name", doc="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME"),
-            "hca": matching(HCA, "an InfiniBand/RoCE device name (e.g. rocep1s0f1)", doc="NCCL_IB_HCA"),
-            "ray_port": Field(int, check=between(1024, 65535), doc="the Ray head's port"),
-        },
+        doc="two Sparks over the ConnectX-7 link, through Ray: the keys of profiles/cluster.py (README: Multi-Spark)",
     ),
 }
 
@@ -164,18 +159,6 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class Cluster:
-    nodes: int
-    interface: str
-    hca: str
-    ray_port: int
-
-    def env(self) -> dict[str, str]:
-        """The variables whose absence is the reported two-node failure (facts: clusters)."""
-        return {"NCCL_SOCKET_IFNAME": self.interface, "GLOO_SOCKET_IFNAME": self.interface, "NCCL_IB_HCA": self.hca}
-
-
-@dataclass(frozen=True)
 class Recipe:
     name: str
     path: str
@@ -188,7 +171,7 @@ class Recipe:
     decode_tok_s: Figure
     memory_gib: Figure
     profiles: tuple[str, ...]
-    cluster: Cluster | None
+    cluster: ClusterSettings | None  # the two-Spark settings over the Spark defaults
 
 
 def _cross_field(doc: dict[str, Any], file: str) -> list[Problem]:
@@ -212,6 +195,8 @@ def _cross_field(doc: dict[str, Any], file: str) -> list[Problem]:
     if ("gguf" in model) != (model["quantization"] == "gguf"):
         out.append(Problem(file, "model.quantization", "gguf goes with model.gguf and only with it",
                            "set quantization: gguf for a GGUF file, else the checkpoint's format"))
+    if "cluster" in doc:  # the cluster room's settings, one line per bad key, at its own field
+        out += parse_settings(doc["cluster"], file)[1]
     reserved = {flag: key for key, flag in LIMIT_FLAGS.items()} | {flag: "model" for flag in MODEL_FLAGS}
     for i, arg in enumerate(doc["serve"]["args"]):
         flag = arg.split("=", 1)[0].replace("_", "-") if arg.startswith("--") else ""
@@ -269,6 +254,5 @@ def _to_recipe(doc: dict[str, Any], file: str) -> Recipe:
         decode_tok_s=_figure_of(doc["expect"]["decode_tok_s"]),
         memory_gib=_figure_of(doc["expect"]["memory_gib"]),
         profiles=tuple(doc["profiles"]),
-        cluster=Cluster(nodes=cluster["nodes"], interface=cluster["interface"], hca=cluster["hca"],
-                        ray_port=cluster["ray_port"]) if cluster else None,
+        cluster=parse_settings(cluster, file)[0] if cluster is not None else None,
     )
