@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from cache_lock import TEST_CACHE, cache_lock
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TEST_CACHE = Path(
-    os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test")
-)
 REGISTRY = os.environ.get("SPARK_IMAGES_TEST_REGISTRY", "127.0.0.1:5000")
 ARM64_BASE = "spark-images-test/base:bookworm-arm64"
 ROOTFS_TAR = TEST_CACHE / "rootfs-arm64.tar"
@@ -80,24 +79,25 @@ def arm64_base(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) ->
     Made from the debootstrapped rootfs that .ci/engine-up.sh caches, because
     no image can be pulled here. Returns a local image name.
     """
-    probe = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{.Architecture}}", ARM64_BASE],
-        capture_output=True,
-        text=True,
-    )
-    if probe.returncode == 0 and probe.stdout.strip() == "arm64":
+    with cache_lock("arm64-base"):  # one build, whichever worker comes first
+        probe = subprocess.run(
+            ["docker", "image", "inspect", "--format", "{{.Architecture}}", ARM64_BASE],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == "arm64":
+            return ARM64_BASE
+        if not ROOTFS_TAR.is_file():
+            unavailable("engine", f"no arm64 rootfs at {ROOTFS_TAR} (run .ci/engine-up.sh)")
+        ctx = tmp_path_factory.mktemp("arm64-base")
+        os.link(ROOTFS_TAR, ctx / "rootfs.tar") if ROOTFS_TAR.stat().st_dev == ctx.stat().st_dev else shutil.copy(ROOTFS_TAR, ctx / "rootfs.tar")
+        (ctx / "Dockerfile").write_text("FROM scratch\nADD rootfs.tar /\nCMD [\"/bin/bash\"]\n")
+        subprocess.run(
+            ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", ARM64_BASE, str(ctx)],
+            check=True,
+            capture_output=True,
+        )
         return ARM64_BASE
-    if not ROOTFS_TAR.is_file():
-        unavailable("engine", f"no arm64 rootfs at {ROOTFS_TAR} (run .ci/engine-up.sh)")
-    ctx = tmp_path_factory.mktemp("arm64-base")
-    os.link(ROOTFS_TAR, ctx / "rootfs.tar") if ROOTFS_TAR.stat().st_dev == ctx.stat().st_dev else shutil.copy(ROOTFS_TAR, ctx / "rootfs.tar")
-    (ctx / "Dockerfile").write_text("FROM scratch\nADD rootfs.tar /\nCMD [\"/bin/bash\"]\n")
-    subprocess.run(
-        ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", ARM64_BASE, str(ctx)],
-        check=True,
-        capture_output=True,
-    )
-    return ARM64_BASE
 
 
 @pytest.fixture(scope="session")
@@ -136,3 +136,53 @@ def vllm_history_reachable() -> None:
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or ["no answer"]
         unavailable("history", f"cannot reach {url} ({lines[-1]})")
+
+
+# What makes a test `integration` (else it is `unit`: no engine, network,
+# registry, nvcc or git history, seconds in all; `pytest -m unit`).
+# item.fixturenames is the whole closure, so a test that reaches one of these
+# through another fixture (make_project -> cuda_test_base -> local_registry) counts.
+ENVIRONMENT_FIXTURES = frozenset({
+    "docker_engine", "local_registry", "nvcc", "pypi_reachable", "vllm_history_reachable",
+    # real git histories built with git fast-import (tests/audit/audit_histories.py)
+    "vllm_like", "vllm_index", "vllm_history",
+})  # fmt: skip
+ENVIRONMENT_MARKS = ("engine", "registry", "nvcc", "network", "history", "slow")
+# whole processes per test, seconds each: every hostile case is a CLI process
+# under a clock (~900 of them), the CLI contract runs the CLI per test (one of
+# them waits out a refused connection for ~20 s), the collection test runs
+# pytest itself over the whole tree, and the workflow tests run the CI's own
+# steps (ruff, actionlint, the plan CLI; one job takes ~50 s)
+INTEGRATION_PATHS = (
+    "hostile/", "spine/test_spine_cli_contract.py", "test_collection.py", "workflows/",
+)
+# tests that share state built on the engine run on one xdist worker
+# (`--dist loadgroup`): each such fixture is built once per run, not once per worker
+ENGINE_STATE_FIXTURES = frozenset({
+    "arm64_base", "cuda_test_base", "make_project", "wheel_server", "https_wheels",
+    "image_a", "image_b", "image_c", "fake_vllm_image", "standin_profile",
+})  # fmt: skip
+ENGINE_GROUP = "engine-state"
+
+
+def kind_of(item: pytest.Item) -> str:
+    """`unit` or `integration`: a mark the test sets itself, else what it needs."""
+    own = [m.name for m in item.iter_markers() if m.name in ("unit", "integration")]
+    if own:
+        return own[0]
+    where = item.path.relative_to(REPO_ROOT / "tests").as_posix()
+    needs = (
+        ENVIRONMENT_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        or any(item.get_closest_marker(name) for name in ENVIRONMENT_MARKS)
+        or where.startswith(INTEGRATION_PATHS)
+    )
+    return "integration" if needs else "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        kind = kind_of(item)
+        if not item.get_closest_marker(kind):
+            item.add_marker(kind)
+        if ENGINE_STATE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))

@@ -5,12 +5,15 @@ tests/build/ while the run stayed green. These tests compare pytest's own
 collection (a `--collect-only` subprocess, the same config a run uses) with a
 static scan of the `def test_` functions in every tests/**/test_*.py file:
 each function must yield at least one item, and one that is not parametrised
-exactly one. The second test proves the check sees a hidden folder.
+exactly one. The second test proves the check sees a hidden folder. The
+third proves that `-m unit` and `-m integration` (set in tests/conftest.py)
+split the collection: every test is in exactly one of them.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import subprocess
@@ -60,6 +63,7 @@ def static_tests() -> dict[str, bool]:
     return found
 
 
+@functools.cache
 def collected(*extra: str) -> dict[str, list[str]]:
     """`path::[Class::]name` -> the parameter ids pytest collected for it ("" if none)."""
     proc = subprocess.run(
@@ -76,7 +80,7 @@ def collected(*extra: str) -> dict[str, list[str]]:
         m = NODE_ID.match(line.strip())
         if m:
             items[f"{m['path']}::{m['name']}"].append(m["params"] or "")
-    total = re.search(r"(\d+) tests? collected", proc.stdout)
+    total = re.search(r"(\d+)(?:/\d+)? tests? collected", proc.stdout)  # `-m` prints SELECTED/ALL
     count = int(total.group(1)) if total else 0
     assert sum(len(v) for v in items.values()) == count, "could not read every node id of the collection"
     return items
@@ -109,3 +113,13 @@ def test_a_hidden_folder_is_detected() -> None:
     hidden = {line.split("::")[0] for line in problems}
     assert problems and all(line.endswith(": not collected") for line in problems), problems
     assert hidden == {p.relative_to(ROOT).as_posix() for p in (TESTS / "build").glob("test_*.py")}
+
+
+def test_every_test_is_unit_or_integration_never_both() -> None:
+    def node_ids(*extra: str) -> set[str]:
+        return {key + params for key, ids in collected(*extra).items() for params in ids}
+
+    everything, unit, integration = node_ids(), node_ids("-m", "unit"), node_ids("-m", "integration")
+    assert unit and integration, "one of the markers selects nothing"
+    assert sorted(unit & integration) == [], "marked both unit and integration"
+    assert sorted(everything - unit - integration) == [], "marked neither unit nor integration"

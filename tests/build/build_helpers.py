@@ -32,6 +32,11 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # benchmarks import this file outside pytest
+    sys.path.insert(0, str(HERE.parent))
+
+from cache_lock import cache_lock  # noqa: E402
+
 DATA = HERE / "data"
 CACHE = Path(os.environ.get("SPARK_IMAGES_CACHE", Path.home() / ".cache" / "spark-images"))
 NVCC_WHEEL = "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl"
@@ -64,18 +69,19 @@ def _docker(*args: str) -> str:
 
 
 def _download(url: str, sha256: str, dest: Path) -> Path:
-    if dest.is_file() and hashlib.sha256(dest.read_bytes()).hexdigest() == sha256:
+    with cache_lock(f"download-{dest.name}"):  # one download, one writer of its .part
+        if dest.is_file() and hashlib.sha256(dest.read_bytes()).hexdigest() == sha256:
+            return dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        # urllib trusts the system CA store (a TLS proxy's CA included), as pip does
+        with urllib.request.urlopen(url, timeout=300) as resp:
+            data = resp.read()
+        if hashlib.sha256(data).hexdigest() != sha256:
+            pytest.fail(f"{url}: sha256 mismatch")
+        tmp = dest.with_suffix(".part")
+        tmp.write_bytes(data)
+        tmp.replace(dest)
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    # urllib trusts the system CA store (a TLS proxy's CA included), as pip does
-    with urllib.request.urlopen(url, timeout=300) as resp:
-        data = resp.read()
-    if hashlib.sha256(data).hexdigest() != sha256:
-        pytest.fail(f"{url}: sha256 mismatch")
-    tmp = dest.with_suffix(".part")
-    tmp.write_bytes(data)
-    tmp.replace(dest)
-    return dest
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,11 @@ def _openssl(*args: str) -> None:
 def _test_ca_bundle() -> Path:
     """The host's CA bundle plus a test CA (made once, cached): what `--ca-cert` gets."""
     key, cert, bundle = TEST_CA_DIR / "ca.key", TEST_CA_DIR / "ca.pem", TEST_CA_DIR / "bundle.pem"
+    with cache_lock("test-ca"):  # a second worker must not make a second CA over the first
+        return _ca_bundle_locked(key, cert, bundle)
+
+
+def _ca_bundle_locked(key: Path, cert: Path, bundle: Path) -> Path:
     if not cert.is_file():
         TEST_CA_DIR.mkdir(parents=True, exist_ok=True)
         _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
@@ -118,8 +129,9 @@ def server_tls_context(ip: str, workdir: Path) -> ssl.SSLContext:
     ext = workdir / "server.ext"
     ext.write_text(f"subjectAltName=IP:{ip},IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={ip}")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(TEST_CA_DIR / "ca.pem"), "-CAkey", str(TEST_CA_DIR / "ca.key"),
-             "-CAcreateserial", "-out", str(cert), "-days", "30", "-extfile", str(ext))  # fmt: skip
+    with cache_lock("test-ca"):  # -CAcreateserial rewrites the CA's serial file
+        _openssl("x509", "-req", "-in", str(csr), "-CA", str(TEST_CA_DIR / "ca.pem"), "-CAkey", str(TEST_CA_DIR / "ca.key"),
+                 "-CAcreateserial", "-out", str(cert), "-days", "30", "-extfile", str(ext))  # fmt: skip
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(cert), str(key))
     return context

@@ -31,6 +31,8 @@ from build_helpers import (
     server_tls_context,
 )
 
+from cache_lock import cache_lock
+
 
 @pytest.fixture(scope="session")
 def cuda_test_base(
@@ -43,35 +45,36 @@ def cuda_test_base(
     pushed to the loopback registry and pinned there by its digest: a real
     pull by digest, as `nvidia/cuda:...@sha256:...` is on a connected host.
     """
-    probe = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{.Id}}", CUDA_BASE], capture_output=True, text=True
-    )
-    if probe.returncode != 0:
-        ctx = tmp_path_factory.mktemp("cuda-base")
-        shutil.copy(_download(NVCC_WHEEL_URL, NVCC_WHEEL_SHA256, CACHE / NVCC_WHEEL), ctx / "nvcc.whl")
-        (ctx / "Dockerfile").write_text(
-            f"FROM {arm64_base}\n"
-            "RUN --mount=type=bind,source=nvcc.whl,target=/tmp/nvcc.whl \\\n"
-            "    python3 -m zipfile -e /tmp/nvcc.whl /tmp/nvcc \\\n"
-            "    && mv /tmp/nvcc/nvidia/cu13 /usr/local/cuda-13.0 && rm -rf /tmp/nvcc \\\n"
-            "    && chmod 0755 /usr/local/cuda-13.0/bin/* && ln -s cuda-13.0 /usr/local/cuda \\\n"
-            "    && /usr/local/cuda/bin/nvcc --version\n"
+    with cache_lock("cuda-test-base"):  # one build and push, whichever worker comes first
+        probe = subprocess.run(
+            ["docker", "image", "inspect", "--format", "{{.Id}}", CUDA_BASE], capture_output=True, text=True
         )
-        subprocess.run(
-            ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", CUDA_BASE, str(ctx)],
-            check=True,
-            capture_output=True,
+        if probe.returncode != 0:
+            ctx = tmp_path_factory.mktemp("cuda-base")
+            shutil.copy(_download(NVCC_WHEEL_URL, NVCC_WHEEL_SHA256, CACHE / NVCC_WHEEL), ctx / "nvcc.whl")
+            (ctx / "Dockerfile").write_text(
+                f"FROM {arm64_base}\n"
+                "RUN --mount=type=bind,source=nvcc.whl,target=/tmp/nvcc.whl \\\n"
+                "    python3 -m zipfile -e /tmp/nvcc.whl /tmp/nvcc \\\n"
+                "    && mv /tmp/nvcc/nvidia/cu13 /usr/local/cuda-13.0 && rm -rf /tmp/nvcc \\\n"
+                "    && chmod 0755 /usr/local/cuda-13.0/bin/* && ln -s cuda-13.0 /usr/local/cuda \\\n"
+                "    && /usr/local/cuda/bin/nvcc --version\n"
+            )
+            subprocess.run(
+                ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", CUDA_BASE, str(ctx)],
+                check=True,
+                capture_output=True,
+            )
+        remote = f"{local_registry}/{CUDA_BASE}"
+        _docker("tag", CUDA_BASE, remote)
+        _docker("push", "--quiet", remote)
+        resp = requests.head(
+            f"http://{local_registry}/v2/{CUDA_BASE.split(':')[0]}/manifests/{CUDA_BASE.split(':')[1]}",
+            headers={"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"},
+            timeout=30,
         )
-    remote = f"{local_registry}/{CUDA_BASE}"
-    _docker("tag", CUDA_BASE, remote)
-    _docker("push", "--quiet", remote)
-    resp = requests.head(
-        f"http://{local_registry}/v2/{CUDA_BASE.split(':')[0]}/manifests/{CUDA_BASE.split(':')[1]}",
-        headers={"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"},
-        timeout=30,
-    )
-    resp.raise_for_status()
-    return f"{remote}@{resp.headers['Docker-Content-Digest']}"
+        resp.raise_for_status()
+        return f"{remote}@{resp.headers['Docker-Content-Digest']}"
 
 
 @pytest.fixture(scope="session")

