@@ -109,7 +109,7 @@ def test_serve_args_may_not_set_what_the_plan_decides(tmp_path: Path) -> None:
 
 
 def test_the_readme_table_lists_every_cluster_setting_with_its_default() -> None:
-    from spark_images.profiles.profile.cluster import DEFAULTS
+    from spark_images.profiles.cluster import DEFAULTS
 
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Multi-Spark"):readme.index("## Local engine")]
