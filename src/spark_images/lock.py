@@ -154,8 +154,10 @@ def entry_problems(entry: Mapping[str, Any], file: str, name: str) -> list[Probl
     if not isinstance(entry.get("pins"), dict):
         bad("pins", "missing or not a mapping")
     fixes = entry.get("fixes_included")
-    if not isinstance(fixes, list) or not all(isinstance(n, int) for n in fixes):
-        bad("fixes_included", "missing or not a list of PR numbers")
+    # bool is an int in Python: `[true, false]` is not two PR numbers
+    if not isinstance(fixes, list) or not all(type(n) is int and n > 0 for n in fixes):
+        bad("fixes_included", "missing or not a list of PR numbers (positive integers)",
+            "rebuild the image with `spark-images build`")
     if not isinstance(entry.get("tags", []), list):
         bad("tags", "not a list")
     state = entry.get("state", CANDIDATE)

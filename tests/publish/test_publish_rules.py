@@ -181,3 +181,35 @@ def test_entry_with_coherence_keeps_only_the_lock_fields(good: dict[str, Any]) -
     entry = rules.entry_with_coherence({**good, "coherence": {"status": "skipped", "reason": "no GPU"}}, section)
     assert entry["coherence"] == {"status": "passed"}
     assert entry["digest"] == good["digest"]
+
+
+MATRIX = [("org/a", "auto", "auto", "auto"), ("org/a", "marlin", "marlin", "fp8"), ("org/b", "auto", "auto", "auto")]
+
+
+def _result(combo: tuple[str, str, str, str], rate: Any = 40.0, status: str = "passed") -> dict[str, Any]:
+    keys = ("model", "moe_backend", "linear_backend", "kv_cache_dtype")
+    return {**dict(zip(keys, combo, strict=True)), "status": status, "reasons": [], "speed": {"decode_tokens_per_s": rate}}
+
+
+def test_a_record_must_cover_the_matrix_and_its_choice_must_be_measured() -> None:
+    whole = {"combinations": [_result(c) for c in MATRIX]}
+    assert rules.matrix_problems(whole, MATRIX, "r.json") == []
+    # vLLM's spelling of a backend (`Marlin`, `flashinfer-b12x`) is the same combination
+    spelled = {"combinations": [_result(c) for c in MATRIX[:1]] + [_result(("org/a", "Marlin", "marlin", "FP8")),
+                                                                   _result(MATRIX[2])]}
+    assert rules.matrix_problems(spelled, MATRIX, "r.json") == []
+    (short,) = rules.matrix_problems({"combinations": [_result(c) for c in MATRIX[:2]]}, MATRIX, "r.json")
+    assert "1 of 3 combinations missing" in short.message and "org/b" in short.message
+    (other,) = rules.matrix_problems({"combinations": [_result(("org/x", *c[1:])) for c in MATRIX]}, MATRIX, "r.json")
+    assert "3 of 3" in other.message
+    # a failed combination still ran: coverage holds, the choice is the passed one
+    one_failed = {"combinations": [_result(MATRIX[0], status="failed"), *(_result(c) for c in MATRIX[1:])]}
+    assert rules.matrix_problems(one_failed, MATRIX, "r.json") == []
+    for rate in ("unknown", None, True, float("nan"), 0, -3.0):
+        unknown = {"combinations": [_result(MATRIX[0], rate), _result(MATRIX[1], rate), _result(MATRIX[2])]}
+        (slow,) = rules.matrix_problems(unknown, MATRIX, "r.json")
+        assert "org/a" in slow.message and "no measured speed" in slow.message, rate
+    # a measured combination is chosen over an unmeasured one
+    mixed = {"combinations": [_result(MATRIX[0], "unknown"), _result(MATRIX[1], 12.5), _result(MATRIX[2])]}
+    assert rules.matrix_problems(mixed, MATRIX, "r.json") == []
+    assert rules.matrix_problems(whole, [], "r.json")[0].field == "coherence.combinations"
