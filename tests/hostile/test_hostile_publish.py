@@ -13,19 +13,30 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from harness import assert_clean_failure, run_cli, tree_digest
-from hostile_cases import BODY_CASES, OCI_MANIFEST, Image, digest_of, lock_entry, token_cases
+from hostile_cases import (
+    BODY_CASES,
+    OCI_MANIFEST,
+    Image,
+    digest_of,
+    lock_entry,
+    passed_combinations,
+    token_cases,
+)
 from servers import Hostile, Req, Route
 
 IMAGE = Image()
 DIGEST = digest_of(IMAGE.manifest)
 NAME = "spark/img"
 WALL_S = 30.0
-COMBOS = [{"model": "org/m", "moe_backend": "auto", "status": "passed", "reasons": [], "warnings": []}]
+PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+# the shipped cu130 profile's whole matrix (models x backends x KV dtypes), each measured
+COMBOS = passed_combinations(PROFILES / "cu130.yaml")
 
 
 def registry(slot: str, bad: Route | None, bearer: bool = False) -> Route:
@@ -61,6 +72,8 @@ def registry(slot: str, bad: Route | None, bearer: bool = False) -> Route:
 def _setup(tmp_path: Path, host: str) -> tuple[Path, Path, dict[str, str]]:
     lock = tmp_path / "state" / "images.lock.json"
     lock.parent.mkdir()
+    # the project the lock belongs to: the entry's `profile` (profiles/cu130.yaml) is the matrix
+    shutil.copytree(PROFILES, lock.parent / "profiles")
     lock.write_text(json.dumps({"lock_version": 1, "images": {"cu130": lock_entry(f"{host}/{NAME}", DIGEST)}}, indent=2))
     record = tmp_path / "coherence.json"
     record.write_text(json.dumps({"status": "passed", "image": f"{host}/{NAME}@{DIGEST}", "gpu": "sm_121",
@@ -115,7 +128,16 @@ def _records(host: str) -> dict[str, tuple[bytes, int]]:
         return json.dumps({"status": "passed", "image": image, "gpu": "sm_121", "combinations": COMBOS, **over}).encode()
 
     failed = [{**COMBOS[0], "status": "failed", "reasons": ["gibberish"]}]
+    other_model = [{**c, "model": "org/another-model"} for c in COMBOS]
+    unknown = {"decode_tokens_per_s": "unknown", "unknown_reason": "usage.completion_tokens is 0, below the text streamed"}
+    first_model = COMBOS[0]["model"]
     return {
+        "a-record-for-another-model": (doc(combinations=other_model), 1),
+        "one-combination-of-the-matrix": (doc(combinations=COMBOS[:1]), 1),
+        "every-speed-unknown": (doc(combinations=[{**c, "speed": unknown} for c in COMBOS]), 1),
+        "one-models-speed-unknown": (doc(combinations=[{**c, "speed": unknown} if c["model"] == first_model else c
+                                                      for c in COMBOS]), 1),
+        "speed-not-a-number": (doc(combinations=[{**c, "speed": {"decode_tokens_per_s": True}} for c in COMBOS]), 1),
         "passed-but-every-combination-failed": (doc(combinations=failed), 1),
         "passed-but-a-reason": (doc(combinations=[{**COMBOS[0], "reasons": ["x"]}]), 1),
         "passed-without-combinations": (doc(combinations=[]), 1),
@@ -135,6 +157,35 @@ def _records(host: str) -> dict[str, tuple[bytes, int]]:
 
 
 RECORD_NAMES = sorted(_records("h"))
+# the record passed, on this digest, but does not stand for the profile's matrix or has no speed
+# (one line per problem: a model without a measured choice is one problem)
+MODELS = len({c["model"] for c in COMBOS})
+MATRIX_CASES = {"a-record-for-another-model": 1, "one-combination-of-the-matrix": 1, "every-speed-unknown": MODELS,
+                "one-models-speed-unknown": 1, "speed-not-a-number": MODELS}
+
+
+def test_an_unknown_speed_beside_a_measured_faster_choice_is_promoted(tmp_path: Path) -> None:
+    """An unmeasured combination is never the chosen one while a measured one passed."""
+    with Hostile(registry("", None)) as server:
+        lock, record, _ = _setup(tmp_path, server.host)
+        doc = json.loads(record.read_text())
+        doc["combinations"][0]["speed"] = {"decode_tokens_per_s": "unknown", "unknown_reason": "usage lied"}
+        record.write_text(json.dumps(doc))
+        result = run_cli(_publish(lock, record, tmp_path / "pr.md"), env=_env())
+    assert result.rc == 0, result.stderr
+    assert json.loads(lock.read_text())["images"]["cu130"]["state"] == "promoted"
+
+
+def test_a_record_needs_the_profile_for_its_matrix(tmp_path: Path) -> None:
+    """No profile where the lock entry names it: the matrix is unknown, nothing is promoted (exit 2)."""
+    with Hostile(registry("", None)) as server:
+        lock, record, before = _setup(tmp_path, server.host)
+        (lock.parent / "profiles" / "cu130.yaml").unlink()
+        before = tree_digest(lock.parent)
+        result = run_cli(_publish(lock, record, tmp_path / "pr.md"), env=_env())
+    assert_clean_failure(result, rc=2, names=["images.cu130.profile"], wall_s=WALL_S, max_lines=1)
+    assert tree_digest(lock.parent) == before
+    assert not [h for h in server.hits if h.startswith("PUT")]
 
 
 @pytest.mark.parametrize("name", RECORD_NAMES)
@@ -145,7 +196,8 @@ def test_hostile_coherence_record(name: str, tmp_path: Path) -> None:
         record.write_bytes(data)
         body = tmp_path / "pr.md"
         result = run_cli(_publish(lock, record, body), env=_env())
-    assert_clean_failure(result, rc=rc, names=[str(record)], wall_s=WALL_S)
+    assert_clean_failure(result, rc=rc, names=[str(record)], wall_s=WALL_S,
+                         max_lines=MATRIX_CASES.get(name))  # fmt: skip
     assert tree_digest(lock.parent) == before and not body.exists()
     assert not server.hits or all(not h.startswith("PUT") for h in server.hits)
 

@@ -17,13 +17,20 @@ from typing import Any
 import pytest
 import requests
 
+from spark_images.buildline.resolve import resolve_profile
 from spark_images.cli import main
 from spark_images.registry.tags import TagClient
 
 pytestmark = pytest.mark.registry
 
 # what `spark-images coherence --json` records for a combination that passed every check
-PASSED_COMBOS = [{"model": "org/m", "moe_backend": "auto", "status": "passed", "reasons": [], "warnings": []}]
+CU130 = Path(__file__).resolve().parents[2] / "profiles" / "cu130.yaml"
+# every combination `plan` lists for cu130, passed and measured
+PASSED_COMBOS = [
+    {"model": m, "moe_backend": moe, "linear_backend": lin, "kv_cache_dtype": kv, "status": "passed", "reasons": [],
+     "warnings": [], "speed": {"decode_tokens_per_s": 40.0}}
+    for m, moe, lin, kv in resolve_profile(CU130).plan.coherence.combinations  # type: ignore[union-attr]
+]
 ACCEPT = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json"
 
 
@@ -143,12 +150,12 @@ def test_spark_gate_result_replaces_the_skipped_coherence_gate(
 
     # a gate that ran on another digest proves nothing about this one
     gate.write_text(json.dumps({"status": "passed", "image": f"{repository}@{other}", "gpu": "sm_121", "combinations": PASSED_COMBOS}))
-    code, _, err = publish(capsys, "cu130", "--tag", "cu130", "--coherence", str(gate), "--lock", str(lock))
+    code, _, err = publish(capsys, str(CU130), "--tag", "cu130", "--coherence", str(gate), "--lock", str(lock))
     assert code == 1 and "not on the locked digest" in err
     assert resolve(repository, "cu130") is None and lock.read_bytes() == before
 
     gate.write_text(json.dumps({"status": "passed", "image": f"{repository}@{digest}", "gpu": "sm_121", "combinations": PASSED_COMBOS}))
-    code, _, err = publish(capsys, "cu130", "--tag", "cu130", "--coherence", str(gate), "--lock", str(lock))
+    code, _, err = publish(capsys, str(CU130), "--tag", "cu130", "--coherence", str(gate), "--lock", str(lock))
     assert code == 0, err
     assert resolve(repository, "cu130") == digest
     saved = json.loads(lock.read_text())["images"]["cu130"]

@@ -198,9 +198,41 @@ def test_schema_lock_is_the_declaration_the_lock_reader_checks(good: dict[str, A
     assert exported == lockfile.lock_json_schema()
     entry_schema = exported["properties"]["images"]["additionalProperties"]
     assert set(entry_schema["properties"]) == set(lockfile.ENTRY_SPEC)
-    assert entry_schema["properties"]["fixes_included"]["items"]["type"] == "integer"
+    assert entry_schema["properties"]["fixes_included"]["type"] == "array"
     assert entry_schema["properties"]["digest"]["pattern"].startswith("^(?:sha256:")
     assert lockfile.lock_problems(_lock(good), "f") == []
     bad = _lock({**good, "fixes_included": [True, False]})  # bool is an int in Python: refused here
     fields = [p.field for p in lockfile.lock_problems(bad, "f")]
-    assert fields == ["images.cu130.fixes_included[0]", "images.cu130.fixes_included[1]"]
+    assert fields == ["images.cu130.fixes_included"]
+
+
+MATRIX = [("org/a", "auto", "auto", "auto"), ("org/a", "marlin", "marlin", "fp8"), ("org/b", "auto", "auto", "auto")]
+
+
+def _result(combo: tuple[str, str, str, str], rate: Any = 40.0, status: str = "passed") -> dict[str, Any]:
+    keys = ("model", "moe_backend", "linear_backend", "kv_cache_dtype")
+    return {**dict(zip(keys, combo, strict=True)), "status": status, "reasons": [], "speed": {"decode_tokens_per_s": rate}}
+
+
+def test_a_record_must_cover_the_matrix_and_its_choice_must_be_measured() -> None:
+    whole = {"combinations": [_result(c) for c in MATRIX]}
+    assert rules.matrix_problems(whole, MATRIX, "r.json") == []
+    # vLLM's spelling of a backend (`Marlin`, `flashinfer-b12x`) is the same combination
+    spelled = {"combinations": [_result(c) for c in MATRIX[:1]] + [_result(("org/a", "Marlin", "marlin", "FP8")),
+                                                                   _result(MATRIX[2])]}
+    assert rules.matrix_problems(spelled, MATRIX, "r.json") == []
+    (short,) = rules.matrix_problems({"combinations": [_result(c) for c in MATRIX[:2]]}, MATRIX, "r.json")
+    assert "1 of 3 combinations missing" in short.message and "org/b" in short.message
+    (other,) = rules.matrix_problems({"combinations": [_result(("org/x", *c[1:])) for c in MATRIX]}, MATRIX, "r.json")
+    assert "3 of 3" in other.message
+    # a failed combination still ran: coverage holds, the choice is the passed one
+    one_failed = {"combinations": [_result(MATRIX[0], status="failed"), *(_result(c) for c in MATRIX[1:])]}
+    assert rules.matrix_problems(one_failed, MATRIX, "r.json") == []
+    for rate in ("unknown", None, True, float("nan"), 0, -3.0):
+        unknown = {"combinations": [_result(MATRIX[0], rate), _result(MATRIX[1], rate), _result(MATRIX[2])]}
+        (slow,) = rules.matrix_problems(unknown, MATRIX, "r.json")
+        assert "org/a" in slow.message and "no measured speed" in slow.message, rate
+    # a measured combination is chosen over an unmeasured one
+    mixed = {"combinations": [_result(MATRIX[0], "unknown"), _result(MATRIX[1], 12.5), _result(MATRIX[2])]}
+    assert rules.matrix_problems(mixed, MATRIX, "r.json") == []
+    assert rules.matrix_problems(whole, [], "r.json")[0].field == "coherence.combinations"

@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))
 _TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
 _KNOWN = {"$schema", "$id", "title", "description", "default", "type", "enum", "pattern", "maxLength", "properties",
-          "required", "additionalProperties", "propertyNames", "items", "maxItems", "maxProperties", "minimum", "maximum"}
+          "required", "additionalProperties", "propertyNames", "items", "maxItems", "minItems", "maxProperties", "minimum",
+          "maximum"}
 
 
 def _is_type(value: Any, name: str) -> bool:
@@ -71,6 +72,8 @@ def _errors(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     if isinstance(value, list):
         if len(value) > schema.get("maxItems", len(value)):
             out.append(f"{path}: too many items")
+        if len(value) < schema.get("minItems", 0):
+            out.append(f"{path}: too few items")
         for i, item in enumerate(value):
             out += _errors(item, schema.get("items", {}), f"{path}[{i}]")
     return out
@@ -131,6 +134,9 @@ def _mutated(path: str, value: Any) -> dict[str, Any]:
         ("serve.env", {"A": "x\ny"}),
         ("patches", [1]),
         ("verify.required_fixes", ["#1"]),
+        ("verify.coherence.models", []),
+        ("cuda.version", "13.0.2-rc"),
+        ("cuda.version", "13.0.2.1"),
     ],
 )
 def test_the_schema_refuses_what_validate_refuses_by_shape(path: str, value: Any) -> None:

@@ -190,7 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     as_json = bool(getattr(args, "json", False))
     try:
-        return _dispatch(args, as_json)
+        code = _dispatch(args, as_json)
+        if argv is None and getattr(args, "interrupted", False):
+            _exit_now(code)
+        return code
     except BrokenPipeError:  # the reader went away (`| head`), even while we reported: nothing left to tell it
         _silence_stdout()
         return 0
@@ -202,6 +205,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+def _exit_now(code: int) -> None:
+    """End the process at once after an interrupt. A normal exit joins every worker thread,
+    and one still reading a slow blob would hold the exit until its own deadline (tens of
+    seconds); every `finally` of the command has already run, so nothing is left half-written."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os._exit(code)
+
+
 def _dispatch(args: argparse.Namespace, as_json: bool) -> int:
     try:
         return int(args.handler(args))
@@ -209,6 +223,7 @@ def _dispatch(args: argparse.Namespace, as_json: bool) -> int:
         return _report(args.command, exc, as_json)
     except KeyboardInterrupt:
         print(f"spark-images {args.command}: interrupted", file=sys.stderr)
+        args.interrupted = True
         return 130
     except BrokenPipeError:
         raise

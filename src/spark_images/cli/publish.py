@@ -7,7 +7,9 @@ read and check comes first (registry, coherence record, the new lock entry,
 the PR body staged next to its destination); only then do tags move, the lock
 get rewritten and the PR body land. Refuses (exit 1) when the lock
 has no entry for the profile, when a gate did not pass, or when an immutable
-tag already points elsewhere; exit 2 when the registry cannot be reached.
+tag already points elsewhere; a --coherence record must cover every combination
+of the profile's matrix (as `plan` lists it) with a measured speed for the chosen one;
+exit 2 when the registry cannot be reached.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_images import defaults
+from spark_images.buildline.resolve import inside_project, resolve_profile
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.core import inputs
 from spark_images.core.errors import EnvironmentProblem, Finding, UsageError
@@ -93,7 +96,33 @@ def _load_lock(path: Path) -> dict[str, Any]:
     return lockfile.load_lock(path)
 
 
-def _with_gate_result(lock: dict[str, Any], profile: str, path: Path) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
+def _profile_file(arg: str, entry: Mapping[str, Any], lock_path: Path) -> Path:
+    """The profile whose coherence matrix a record must cover: PROFILE when it names a file,
+    else the entry's `profile` (relative to the folder that holds profiles/, where the lock lives)."""
+    given = Path(arg)
+    if given.suffix in (".yaml", ".yml"):
+        return given
+    rel = entry.get("profile")
+    base = lock_path.resolve().parent
+    found = inside_project(base, rel) if isinstance(rel, str) and rel else None
+    if found is None or not found.is_file():
+        raise UsageError(
+            f"{display_path(lock_path)}: images.{arg}.profile: {str(rel)[:200]!r} is not a profile file under "
+            f"{display_path(base)}, so the coherence matrix the record must cover is unknown "
+            "(fix: pass PROFILE as its file, e.g. profiles/cu130.yaml)"
+        )
+    return found
+
+
+def _matrix(path: Path) -> list[rules.Combo]:
+    """(model, moe, linear, kv) of every combination `plan` lists for the profile."""
+    plan = resolve_profile(path).plan
+    return [] if plan.coherence is None else [tuple(c) for c in plan.coherence.combinations]  # type: ignore[misc]
+
+
+def _with_gate_result(
+    lock: dict[str, Any], profile: str, path: Path, profile_arg: str, lock_path: Path
+) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
     """The lock unchanged, and the Spark job's coherence section once it is proved to stand for the entry."""
     images = lock.get("images")
     entry = images.get(profile) if isinstance(images, Mapping) else None
@@ -103,6 +132,10 @@ def _with_gate_result(lock: dict[str, Any], profile: str, path: Path) -> tuple[d
     if not isinstance(doc, Mapping):
         raise UsageError(f"--coherence {display_path(path)}: not a JSON object")
     problems = rules.gate_result_problems(doc, str(entry.get("digest")), display_path(path))
+    if problems:
+        raise Finding(*problems)
+    matrix = _matrix(_profile_file(profile_arg, entry, lock_path))
+    problems = rules.matrix_problems(rules.coherence_section(doc) or {}, matrix, display_path(path))
     if problems:
         raise Finding(*problems)
     section = rules.coherence_section(doc) or {}
@@ -152,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     lock = _load_lock(lock_path)
     section: Mapping[str, Any] | None = None
     if args.coherence:
-        lock, section = _with_gate_result(lock, profile, Path(args.coherence))
+        lock, section = _with_gate_result(lock, profile, Path(args.coherence), args.profile, lock_path)
     problems = rules.promotion_problems(lock, profile, str(lock_path))
     if problems:
         raise Finding(*problems)

@@ -26,6 +26,7 @@ from spark_images.profiles.values import (
     ABSOLUTE_PATH,
     ARCH_LIST,
     BACKEND,
+    CUDA_VERSION,
     DEBIAN_PACKAGE,
     ENV_KEY,
     GLOB,
@@ -74,7 +75,8 @@ SPEC: dict[str, Field] = {
     "cuda": Field(
         dict,
         children={
-            "version": Field(str, doc="the CUDA toolkit version, e.g. \"13.0.2\"", pattern=VERSION.pattern, what="a version"),
+            "version": Field(str, doc="the CUDA toolkit version, e.g. \"13.0.2\"", pattern=CUDA_VERSION.pattern,
+                             what="a CUDA toolkit version (MAJOR.MINOR or MAJOR.MINOR.PATCH, digits only, e.g. 13.0.2)"),
             "base_image": Field(str, doc="the devel base image, NAME:TAG@sha256:DIGEST", check=base_image_problem),
             "arch_list": Field(str, required=False, nullable=True, doc="override TORCH_CUDA_ARCH_LIST only if you must",
                                pattern=ARCH_LIST.pattern, what="an arch list (entries like 12.0f or 12.1a, separated by ';' or spaces)"),
@@ -150,7 +152,8 @@ SPEC: dict[str, Field] = {
                 dict,
                 required=False,
                 children={
-                    "models": Field(list, items=matching(MODEL, "a model id (ORG/NAME)")),
+                    "models": Field(list, items=matching(MODEL, "a model id (ORG/NAME)"), min_items=1,
+                                    doc="at least one model id (ORG/NAME) the gate serves; leave verify.coherence out to have no gate"),
                     "moe_backends": Field(list, required=False, items=matching(BACKEND, "a backend name"), default=DEFAULT_MOE_BACKENDS),
                     "linear_backends": Field(list, required=False, items=matching(BACKEND, "a backend name"),
                                              doc="unset: each MoE backend with the linear backend of the same name"),

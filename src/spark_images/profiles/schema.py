@@ -58,6 +58,7 @@ class Field:
     what: str = ""  # what the pattern means, for the message: "'x' is not {what}"
     max_length: int = MAX_LENGTH  # strings
     max_items: int = MAX_ITEMS  # lists and mappings
+    min_items: int = 0  # lists: an empty one can mean "nothing to check", which no gate may pass
     keys: Field | None = None  # for free-form mappings: every key
     values: Field | None = None  # for free-form mappings: every value
     enum: tuple[str, ...] = ()
@@ -106,6 +107,9 @@ class Validator:
             return
         if isinstance(value, list | dict) and len(value) > spec.max_items:
             self.add(path, f"has {len(value)} entries, more than the {spec.max_items} allowed", spec.doc)
+            return
+        if isinstance(value, list) and len(value) < spec.min_items:
+            self.add(path, f"has {len(value)} entries, at least {spec.min_items} needed", spec.doc)
             return
         if isinstance(value, str) and not self.string(value, spec, path):
             return
@@ -214,6 +218,8 @@ def field_schema(spec: Field) -> dict[str, Any]:
                 out["additionalProperties"] = field_schema(spec.values)
     if list in _as_tuple(spec.kind):
         out["maxItems"] = spec.max_items
+        if spec.min_items:
+            out["minItems"] = spec.min_items
         if spec.items is not None:
             out["items"] = field_schema(spec.items)
     if int in _as_tuple(spec.kind) and spec.check is not None and getattr(spec.check, "minimum", None) is not None:

@@ -146,8 +146,9 @@ MIN_TORCH = (2, 7)
 
 _ARCH_TOKEN = re.compile(r"(\d+)\.(\d+)([af]?)(\+PTX)?")  # full match
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")  # full match
-# nvidia/cuda tags: VERSION-[cudnn-]FLAVOR-OS, e.g. 13.0.2-devel-ubuntu24.04
-_CUDA_TAG = re.compile(r"(\d+\.\d+(?:\.\d+)?)-([\w.-]+)")
+# nvidia/cuda tags: VERSION-[cudnn-]FLAVOR-OS, e.g. 13.0.2-devel-ubuntu24.04; a bare VERSION
+# (a mirror's retag) still says which toolkit it holds, and has no devel flavor to show
+_CUDA_TAG = re.compile(r"(\d+\.\d+(?:\.\d+)?)(?:-([\w.-]+))?")
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -260,7 +261,7 @@ def _check_base(p: Profile, emit: Emit) -> Iterator[Problem]:
         yield emit("base-latest", "cuda.base_image", image=image)
     m = _CUDA_TAG.fullmatch(ref.tag or "")
     if ref.repository.rsplit("/", 1)[-1] == "cuda" and m:
-        tag_cuda, flavors = m.group(1), m.group(2).split("-")
+        tag_cuda, flavors = m.group(1), (m.group(2) or "").split("-")
         if "devel" not in flavors:
             yield emit("base-not-devel", "cuda.base_image", image=image)
         if parse_version(tag_cuda) != parse_version(p.cuda.version)[: len(parse_version(tag_cuda))]:

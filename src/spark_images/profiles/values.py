@@ -23,6 +23,8 @@ from spark_images.registry.reference import ImageReference, names_registry
 HEX40 = re.compile(r"[0-9a-f]{40}\Z")  # \Z: callers that use .match() get a full match too
 SHA256 = re.compile(r"[0-9a-f]{64}")
 VERSION = re.compile(r"\d+(\.\d+)*([a-z0-9.+-]*)")
+# what NVIDIA numbers a toolkit with (nvidia/cuda tags, nvcc's "release X.Y"): no 4th part, no suffix
+CUDA_VERSION = re.compile(r"\d{1,3}\.\d{1,3}(?:\.\d{1,4})?")
 PYTHON_VERSION = re.compile(r"3\.\d{1,2}")
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")  # Debian policy 5.6.1

@@ -167,6 +167,7 @@ def run_ahead(items: Iterable[T], depth: int = 1, drop: Callable[[T], None] = la
 
     worker = threading.Thread(target=produce, name="read-ahead", daemon=True)
     worker.start()
+    interrupted = False
     try:
         while True:
             kind, value = box.get()
@@ -176,6 +177,9 @@ def run_ahead(items: Iterable[T], depth: int = 1, drop: Callable[[T], None] = la
                 return
             else:
                 raise value  # type: ignore[misc]
+    except KeyboardInterrupt:
+        interrupted = True  # the producer may sit in a slow read: the user should not wait for it
+        raise
     finally:
         stop.set()
         with contextlib.suppress(queue.Empty):
@@ -183,7 +187,7 @@ def run_ahead(items: Iterable[T], depth: int = 1, drop: Callable[[T], None] = la
                 kind, value = box.get_nowait()
                 if kind == "item":
                     drop(value)  # type: ignore[arg-type]
-        worker.join(timeout=60)
+        worker.join(timeout=0 if interrupted else 60)  # a daemon: an abandoned one ends with the process
 
 
 class Progress:

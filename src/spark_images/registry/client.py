@@ -35,6 +35,7 @@ from spark_images.registry.manifests import (
     ImageManifest,
     RegistryError,
     index_problems,
+    media_type_problem,
     pick_platform,
 )
 from spark_images.registry.reference import ImageReference, is_loopback, names_registry
@@ -248,11 +249,11 @@ class RegistryClient:
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         if reference.startswith("sha256:") and digest != reference:
             raise RegistryError(f"{self._where('')}: manifest {reference} has digest {digest}")
-        media = resp.headers.get("Content-Type", "").split(";")[0].strip()
         doc = self._json(body, path)
-        declared = doc.get("mediaType")
-        media = str(declared if isinstance(declared, str) and declared else media)
-        return media, digest, body
+        problem = media_type_problem(resp.headers.get("Content-Type", ""), doc.get("mediaType"))
+        if problem:
+            raise RegistryError(f"{self._where(path)}: {problem}")
+        return resp.headers["Content-Type"].split(";", 1)[0].strip().lower(), digest, body
 
     def _json(self, body: bytes, path: str) -> dict[str, Any]:
         where = self._where(path)

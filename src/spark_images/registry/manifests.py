@@ -22,6 +22,21 @@ INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT = ", ".join((*INDEX_TYPES, *MANIFEST_TYPES))
 
+
+def media_type_problem(content_type: str, declared: object) -> str | None:
+    """Why a manifest answer is not one we asked for, or None.
+
+    The registry's Content-Type must be one of the types of ACCEPT (a manifest served as
+    text/plain, or HTML, is not a manifest whatever its body says), and a body that declares
+    its mediaType must declare the same one.
+    """
+    served = content_type.split(";", 1)[0].strip().lower()
+    if served not in (*INDEX_TYPES, *MANIFEST_TYPES):
+        return f"answered Content-Type {served[:80]!r}, not a manifest or index type ({ACCEPT})"
+    if declared not in (None, "") and declared != served:
+        return f"answered Content-Type {served!r} for a manifest that declares mediaType {str(declared)[:80]!r}"
+    return None
+
 class RegistryError(EnvironmentProblem):
     """The registry could not give what was asked (exit 2)."""
 

@@ -20,7 +20,7 @@ import requests
 
 from spark_images.core.errors import EnvironmentProblem, Finding
 from spark_images.registry.client import RegistryClient
-from spark_images.registry.manifests import ACCEPT, INDEX_TYPES, MANIFEST_TYPES
+from spark_images.registry.manifests import ACCEPT, media_type_problem
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,10 @@ class TagClient:
             declared = json.loads(body).get("mediaType")
         except (ValueError, AttributeError):
             raise EnvironmentProblem(f"{self.where}@{digest}: the manifest is not a JSON object") from None
-        media_type = str(declared or resp.headers.get("Content-Type", "").split(";", 1)[0].strip())
-        if media_type not in MANIFEST_TYPES + INDEX_TYPES:
-            raise EnvironmentProblem(f"{self.where}@{digest}: unexpected manifest media type {media_type!r}")
+        problem = media_type_problem(resp.headers.get("Content-Type", ""), declared)
+        if problem:
+            raise EnvironmentProblem(f"{self.where}@{digest}: {problem}")
+        media_type = resp.headers["Content-Type"].split(";", 1)[0].strip().lower()
         return Manifest(digest=digest, media_type=media_type, body=body)
 
     def tag_digest(self, tag: str) -> str | None:

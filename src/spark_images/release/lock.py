@@ -144,7 +144,13 @@ _CUBINS = {
 }
 # base_image, fixes_required, source_date_epoch and tags: always written, but locks written
 # before them are still read (as they always were)
-_PR_NUMBERS = Field(list, items=Field(int, doc="a pull request number"), max_items=1024)
+def _pr_numbers(value: list[Any]) -> str | None:
+    # bool is an int in Python: `[true, false]` is not two PR numbers (one line for the list)
+    if all(type(n) is int and n > 0 for n in value):
+        return None
+    return "not a list of PR numbers (positive integers)"
+
+
 ENTRY_SPEC: dict[str, Field] = {
     "profile": _rebuilt("the profile file, e.g. profiles/cu130.yaml", max_length=1024),
     "image": _rebuilt("REPOSITORY@DIGEST", max_length=512),
@@ -157,8 +163,8 @@ ENTRY_SPEC: dict[str, Field] = {
     "arch_list": _rebuilt("TORCH_CUDA_ARCH_LIST of the build, e.g. 12.0f"),
     "base_image": Field(str, required=False, max_length=1024, doc="NAME:TAG@sha256:... the build started from"),
     "pins": Field(dict, keys=Field(str, max_length=128), values=Field(str, max_length=128), doc="name -> version"),
-    "fixes_required": Field(list, required=False, items=_PR_NUMBERS.items, max_items=1024, doc="the plan's PRs"),
-    "fixes_included": Field(list, items=_PR_NUMBERS.items, max_items=1024, doc="the PRs the audit found, ascending"),
+    "fixes_required": Field(list, required=False, check=_pr_numbers, max_items=1024, doc="the plan's PRs"),
+    "fixes_included": Field(list, check=_pr_numbers, max_items=1024, doc="the PRs the audit found, ascending"),
     "audit": Field(dict, children=_GATE, doc="the audit gate"),
     "cubins": Field(dict, children=_CUBINS, doc="the cubin gate"),
     "coherence": Field(dict, children=_GATE, doc="the coherence gate (skipped unless built on a Spark)"),

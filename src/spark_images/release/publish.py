@@ -14,6 +14,7 @@ functions what to do, then does it.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -227,6 +228,73 @@ def gate_result_problems(doc: Mapping[str, Any], digest: str, file: str) -> list
             bad("coherence.image", f"the gate ran on {repr(image)[:200]}, not on the locked digest {digest}",
                 "run the gate on REPOSITORY@DIGEST of the lock entry")
         )
+    return problems
+
+
+Combo = tuple[str, str, str, str]  # (model, moe_backend, linear_backend, kv_cache_dtype), as `plan` lists them
+COMBO_KEYS = ("model", "moe_backend", "linear_backend", "kv_cache_dtype")
+
+
+def _combo_of(doc: Mapping[str, Any]) -> Combo | None:
+    values = tuple(doc.get(k) for k in COMBO_KEYS)
+    if not all(isinstance(v, str) for v in values):
+        return None
+    model, *rest = values
+    return (model, *(coherence_verdict.normalize_backend(v) for v in rest))  # type: ignore[return-value]
+
+
+def measured_speed(result: Mapping[str, Any]) -> float | None:
+    """The combination's median decode tok/s when it was measured: a finite number above zero."""
+    speed = result.get("speed")
+    rate = speed.get("decode_tokens_per_s") if isinstance(speed, Mapping) else None
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+        return None
+    return float(rate)
+
+
+def matrix_problems(section: Mapping[str, Any], matrix: Sequence[Combo], file: str) -> list[Problem]:
+    """Why a coherence record does not stand for the profile's whole matrix (models x backends x KV dtypes).
+
+    Every combination `plan` lists must be in the record (a record for another model, or of one
+    backend only, covers less than the gate promised), and the combination the record would
+    choose for each model must have a measured speed: an `unknown` one (the server's token
+    count could not be believed) proves nothing about how fast the image serves.
+    """
+
+    def bad(field: str, message: str, fix: str) -> Problem:
+        return Problem(file=file, field=field, message=message, fix=fix, rule="publish")
+
+    if not matrix:
+        return [bad("coherence.combinations", "the profile names no verify.coherence models, so no record can stand for its gate",
+                    "add verify.coherence.models to the profile and run the gate on a DGX Spark")]  # fmt: skip
+    combos = section.get("combinations")
+    results = [c for c in combos if isinstance(c, Mapping)] if isinstance(combos, list) else []
+    by_combo: dict[Combo, list[Mapping[str, Any]]] = {}
+    for result in results:
+        key = _combo_of(result)
+        if key is not None:
+            by_combo.setdefault(key, []).append(result)
+    missing = [c for c in matrix if c not in by_combo]
+    if missing:
+        first = " ".join(f"{k}={v}" for k, v in zip(COMBO_KEYS, missing[0], strict=True))
+        return [bad("coherence.combinations",
+                    f"the record does not cover the profile's coherence matrix: {len(missing)} of {len(matrix)} "
+                    f"combinations missing (first: {first[:200]})",
+                    "run `spark-images coherence IMAGE@DIGEST --profile PROFILE` on a DGX Spark and pass its output")]  # fmt: skip
+    problems: list[Problem] = []
+    for model in dict.fromkeys(c[0] for c in matrix):
+        tried = [r for c in matrix if c[0] == model for r in by_combo[c]]
+        chosen = coherence_verdict.select_fastest(tried)
+        if chosen is not None and measured_speed(chosen) is None:
+            speed = chosen.get("speed")
+            why = speed.get("unknown_reason") if isinstance(speed, Mapping) else None
+            label = " ".join(f"{k}={chosen.get(k)}" for k in COMBO_KEYS[1:])
+            problems.append(
+                bad("coherence.combinations",
+                    f"the chosen combination of {str(model)[:120]} ({label[:160]}) has no measured speed"
+                    + (f" ({str(why)[:200]})" if why else ""),
+                    "rerun the gate against a server whose usage counts can be believed")
+            )
     return problems
 
 

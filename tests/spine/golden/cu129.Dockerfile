@@ -37,7 +37,7 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
 # exits early and nvcc gets SIGPIPE.
 RUN test -x "$CUDA_HOME/bin/nvcc" || { echo "no nvcc at $CUDA_HOME/bin: the base must be a CUDA devel image" >&2; exit 1; }; \
     nvcc_version="$(nvcc --version)"; \
-    case "$nvcc_version" in *'release 12.9,'*) ;; *) echo 'nvcc is not CUDA 12.9:' "$nvcc_version" >&2; exit 1;; esac; \
+    case "$nvcc_version" in *'release 12.9, V12.9.'*) ;; *) echo 'nvcc is not CUDA 12.9:' "$nvcc_version" >&2; exit 1;; esac; \
     python3.12 -m venv /opt/venv
 
 ########## deps: torch, FlashInfer and CUTLASS DSL at the profile's pins ##########

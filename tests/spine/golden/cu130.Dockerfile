@@ -37,7 +37,7 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
 # exits early and nvcc gets SIGPIPE.
 RUN test -x "$CUDA_HOME/bin/nvcc" || { echo "no nvcc at $CUDA_HOME/bin: the base must be a CUDA devel image" >&2; exit 1; }; \
     nvcc_version="$(nvcc --version)"; \
-    case "$nvcc_version" in *'release 13.0,'*) ;; *) echo 'nvcc is not CUDA 13.0:' "$nvcc_version" >&2; exit 1;; esac; \
+    case "$nvcc_version" in *'release 13.0, V13.0.'*) ;; *) echo 'nvcc is not CUDA 13.0:' "$nvcc_version" >&2; exit 1;; esac; \
     python3.12 -m venv /opt/venv
 
 ########## deps: torch, FlashInfer and CUTLASS DSL at the profile's pins ##########
