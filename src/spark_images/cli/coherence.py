@@ -73,7 +73,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--endpoint", metavar="URL",
                         help="check a server that is already running (no container)")  # fmt: skip
     parser.add_argument("--health-timeout", type=_positive, default=1800.0, metavar="S",
-                        help="seconds to wait for /health (default 1800, as upstream CI)")  # fmt: skip
+                        help="seconds to wait for /health 200 (default 1800, as upstream CI). vLLM keeps its "
+                        "port closed while it loads the model (about 80-120 s for a 135M model on an H200, "
+                        "many minutes for a large model on a Spark), so a refused connection counts as "
+                        "'not up yet' until then; progress goes to stderr. With --endpoint, a port that "
+                        "never opened in that time is exit 2; one that answered but never became healthy "
+                        "is a failed gate (exit 1)")  # fmt: skip
     parser.add_argument("--request-timeout", type=_positive, default=300.0, metavar="S",
                         help="overall deadline of one completion request, body included (default 300)")  # fmt: skip
     parser.add_argument("--gpus", default="all",
@@ -131,6 +136,21 @@ def _volumes(items: list[str]) -> list[tuple[str, str]]:
         if cache.is_dir():
             out.append((str(cache), "/root/.cache/huggingface"))
     return out
+
+
+# A timed stream longer than this measures the KV cache filling, not decode speed, and a
+# typo (--speed-tokens 2560000) would hold the gate for hours.
+MAX_SPEED_TOKENS = 8192
+_ENDPOINT_RE = re.compile(r"^https?://[^/\s:]+(?::(\d+))?(/\S*)?$")
+
+
+def _check_endpoint(url: str) -> None:
+    """An http(s) URL whose port, if given, is a TCP port (1-65535): a usage error at once."""
+    match = _ENDPOINT_RE.match(url)
+    if not match:
+        raise _usage("--endpoint", f"{url!r} is not an http(s) URL", "e.g. --endpoint http://127.0.0.1:8000")
+    if match.group(1) is not None and not 1 <= int(match.group(1)) <= 65535:
+        raise _usage("--endpoint", f"port {match.group(1)} is outside 1-65535", "e.g. --endpoint http://127.0.0.1:8000")
 
 
 def _sigterm_as_interrupt() -> None:
@@ -193,8 +213,9 @@ def run(args: argparse.Namespace) -> int:
         raise _usage("--api", f"unknown API {', '.join(unknown_api)}", "--api completions,chat")
     if not 0.0 <= args.min_probe_pass <= 1.0:
         raise _usage("--min-probe-pass", f"{args.min_probe_pass} is not between 0 and 1", "--min-probe-pass 0.9")
-    if args.speed_tokens < 2:
-        raise _usage("--speed-tokens", "must be at least 2", "--speed-tokens 256")
+    if not 2 <= args.speed_tokens <= MAX_SPEED_TOKENS:
+        raise _usage("--speed-tokens", f"{args.speed_tokens} is not between 2 and {MAX_SPEED_TOKENS}",
+                     "--speed-tokens 256")  # fmt: skip
     opts = GateOptions(
         health_timeout_s=args.health_timeout,
         request_timeout_s=args.request_timeout,
@@ -213,8 +234,7 @@ def run(args: argparse.Namespace) -> int:
             raise _usage("IMAGE", "give either IMAGE or --endpoint, not both", "drop one of them")
         if len(args.model) != 1:
             raise _usage("--model", "--endpoint checks one served model", "give --model once")
-        if not re.match(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$", args.endpoint):
-            raise _usage("--endpoint", f"{args.endpoint!r} is not an http(s) URL", "e.g. --endpoint http://127.0.0.1:8000")
+        _check_endpoint(args.endpoint)
         section = gate_endpoint(args.endpoint, args.model[0], options=opts, progress=progress)
     else:
         if not args.image:

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_images.coherence import judge, verdict
-from spark_images.coherence.checks import GateOptions, Outcome, Progress, check_server, wait_ready
+from spark_images.coherence.checks import GateOptions, Outcome, Progress, check_server
 from spark_images.coherence.client import OpenAIClient
+from spark_images.coherence.readiness import wait_for_health
 from spark_images.coherence.signatures import LogScan
 from spark_images.coherence.verdict import Combination
 
@@ -86,10 +87,11 @@ def _check_container(
 
     client = OpenAIClient(f"http://127.0.0.1:{box.host_port}", combo.model,
                           seed=opts.seed, timeout_s=opts.request_timeout_s)  # fmt: skip
-    reason, waited = wait_ready(client, opts.health_timeout_s, poll_s=opts.health_poll_s,
-                                failed=lambda: stopped() or watch.fatal())  # fmt: skip
-    if reason:
-        return Outcome(reasons=[reason]), waited
+    wait = wait_for_health(client, opts.health_timeout_s, poll_s=opts.health_poll_s,
+                           failed=lambda: stopped() or watch.fatal(), progress=progress)  # fmt: skip
+    waited = wait.waited_s
+    if wait.reason:
+        return Outcome(reasons=[wait.reason]), waited
     progress(f"  healthy after {waited:.1f} s")
     outcome = check_server(client, opts, alive=stopped, progress=progress)
     late = watch.fatal()  # a fault during the checks (e.g. an illegal memory access under load)
