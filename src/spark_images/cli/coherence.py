@@ -72,6 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"default {','.join(DEFAULT_KV_CACHE_DTYPES)})")  # fmt: skip
     parser.add_argument("--endpoint", metavar="URL",
                         help="check a server that is already running (no container)")  # fmt: skip
+    parser.add_argument("--serve", metavar="COMMAND",
+                        help='start vLLM as a child process, without Docker (a pip-installed vLLM), e.g. '
+                        '--serve "vllm serve ORG/MODEL --port 8000"; its exit and output are read, so a '
+                        "refused flag or config is a finding naming vLLM's line; it is always stopped")  # fmt: skip
     parser.add_argument("--health-timeout", type=_positive, default=1800.0, metavar="S",
                         help="seconds to wait for /health 200 (default 1800, as upstream CI). vLLM keeps its "
                         "port closed while it loads the model (about 80-120 s for a 135M model on an H200, "
@@ -207,7 +211,8 @@ def _matrix(args: argparse.Namespace) -> tuple[list[str], list[str], list[str] |
 def run(args: argparse.Namespace) -> int:
     from spark_images.coherence import GateOptions, gate_endpoint, gate_image
 
-    args.model, args.backends, args.linear_backends, args.kv_cache_dtype = _matrix(args)
+    if not args.serve:
+        args.model, args.backends, args.linear_backends, args.kv_cache_dtype = _matrix(args)
     unknown_api = [a for a in args.api if a not in ("completions", "chat")]
     if unknown_api:
         raise _usage("--api", f"unknown API {', '.join(unknown_api)}", "--api completions,chat")
@@ -229,7 +234,13 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     _sigterm_as_interrupt()
-    if args.endpoint:
+    if args.serve:
+        if args.image or args.endpoint:
+            raise _usage("--serve", "give one of IMAGE, --endpoint and --serve", "drop the others")
+        from spark_images.coherence.local import gate_local
+
+        section = gate_local(args.serve, options=opts, progress=progress)
+    elif args.endpoint:
         if args.image:
             raise _usage("IMAGE", "give either IMAGE or --endpoint, not both", "drop one of them")
         if len(args.model) != 1:
