@@ -1,5 +1,11 @@
 """`spark-images coherence IMAGE --profile P` (or `--model M`): serve, check, pick the fastest coherent backend.
 
+Three ways to reach a server: IMAGE (one container per combination),
+`--serve "vllm serve ..."` (vLLM as a child process, no Docker: a refused flag
+or config is a finding, exit 1, naming vLLM's own line) and `--endpoint URL`
+(a server running or still loading: a refused connection is waited for until
+`--health-timeout`; nothing there in that time is exit 2).
+
 The models, backends and KV-cache dtypes come from the profile's
 `verify.coherence` settings (`spark-images plan P` shows the matrix); flags
 given on the command line replace the profile's value of that one setting.
@@ -108,6 +114,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "upstream's four must always pass)")  # fmt: skip
     parser.add_argument("--speed-tokens", type=int, default=256, metavar="N",
                         help="tokens per timed stream (default 256, ignore_eos)")  # fmt: skip
+    parser.add_argument("--speed-runs", type=int, default=5, metavar="N",
+                        help="timed streams per combination (default 5, at most 50): the record holds their "
+                        "median, IQR and bootstrap 95%% interval, and a combination is only 'fastest' when "
+                        "its interval separates from the others'; otherwise it is a tie, broken by the "
+                        "profile's order")  # fmt: skip
     parser.add_argument("--record", type=Path, metavar="FILE",
                         help="write the result as the `coherence` section of this build record")  # fmt: skip
     add_json_flag(parser)
@@ -221,7 +232,10 @@ def run(args: argparse.Namespace) -> int:
     if not 2 <= args.speed_tokens <= MAX_SPEED_TOKENS:
         raise _usage("--speed-tokens", f"{args.speed_tokens} is not between 2 and {MAX_SPEED_TOKENS}",
                      "--speed-tokens 256")  # fmt: skip
+    if not 2 <= args.speed_runs <= 50:
+        raise _usage("--speed-runs", f"{args.speed_runs} is not between 2 and 50", "--speed-runs 5")
     opts = GateOptions(
+        speed_runs=args.speed_runs,
         health_timeout_s=args.health_timeout,
         request_timeout_s=args.request_timeout,
         ab_reference=args.ab_reference.lower().replace("-", "_") if args.ab_reference else None,

@@ -135,6 +135,10 @@ def gate_endpoint(
     return section
 
 
+def _label(result: Mapping[str, Any]) -> str:
+    return f"moe={result['moe_backend']} linear={result['linear_backend']} kv={result['kv_cache_dtype']}"
+
+
 def _section(
     results: list[dict[str, Any]],
     models: Sequence[str],
@@ -149,9 +153,14 @@ def _section(
         section["reason"] = why
     per_model: dict[str, Any] = {}
     for model in models:
-        best = verdict.select_fastest([r for r in results if r["model"] == model])
+        best, tied = verdict.rank_fastest([r for r in results if r["model"] == model])
         if best is not None:
             per_model[model] = verdict.selection(image, best, serve_args, env)
+            per_model[model]["speed_basis"] = (
+                {"tie": True, "tied_with": [_label(r) for r in tied],
+                 "broken_by": "profile order (the first listed combination of the tie)"}
+                if tied else {"tie": False}
+            )  # fmt: skip
     if per_model:
         section["selected"] = per_model[next(m for m in models if m in per_model)]
         section["selected_per_model"] = per_model
