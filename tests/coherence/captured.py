@@ -14,8 +14,12 @@ def exchanges() -> dict[str, Any]:
 
 
 def stream_events(key: str) -> list[dict[str, Any]]:
-    """The JSON events of one recorded stream, in order (`[DONE]` left out)."""
-    lines = exchanges()[key]["lines"]
+    """The JSON events of one recorded stream, in order (`[DONE]` left out).
+
+    `speed_stream` is the first of the timed decode runs (256 tokens, ignore_eos).
+    """
+    doc = exchanges()
+    lines = doc["decode_runs"][0]["lines"] if key == "speed_stream" else doc[key]["lines"]
     return [json.loads(line[6:]) for _t, line in lines if line.startswith("data: {")]
 
 

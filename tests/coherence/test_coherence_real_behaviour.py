@@ -138,3 +138,21 @@ def test_the_recorded_refusals_read_as_findings() -> None:
     config_line = refusal((CAPTURE / "refusal_maxlen.log").read_text().splitlines())
     assert config_line and "User-specified max_model_len (100000)" in config_line
     assert refusal((CAPTURE / "server.log").read_text().splitlines()) is None
+
+
+def test_two_token_events_real_and_replayed_are_counted_by_usage_not_by_events(run_fake) -> None:
+    from captured import stream_events
+
+    from spark_images.coherence.client import OpenAIClient
+
+    real = [e for e in stream_events("speed_stream") if e.get("choices") and e["choices"][0].get("text")]
+    assert len(real) < 256 and stream_events("speed_stream")[-1]["choices"] == []  # the usage event
+    with run_fake("coherent") as url:
+        client = OpenAIClient(url, "test/model")
+        assert client.health_answer(5).status in (200, 503, None)
+        deadline = time.monotonic() + 30
+        while client.health() != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        streamed = client.stream_complete("Tell me a story.", 64, ignore_eos=True)
+    assert streamed.completion_tokens == 64
+    assert len(streamed.pieces) < 64  # some events carried two tokens, as real vLLM's did

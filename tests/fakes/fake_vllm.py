@@ -540,8 +540,25 @@ class Handler(BaseHTTPRequestHandler):
                 chunk({"index": 0, "text": tok, "logprobs": lp, "finish_reason": None,
                        "stop_reason": None})
 
+        # Real vLLM 0.26 sent 256 ignore_eos tokens in 222-223 events: some events carry two
+        # tokens. Replayed on ignore_eos streams (every FAKE_VLLM_PAIR_EVERY-th token waits for
+        # the next); usage still counts every token, so only a client that counts events errs.
+        pair_every = int(os.environ.get("FAKE_VLLM_PAIR_EVERY", "7")) if body.get("ignore_eos") and not k else 0
+        held: list[str] = []
+        counted = [0]
+
+        def paired(tok: str) -> None:
+            held.append(tok)
+            counted[0] += 1
+            if counted[0] % pair_every == 0 and len(held) == 1:
+                return  # sent with the next token, in one event
+            write_token("".join(held))
+            held.clear()
+
         try:
-            self.engine.emit(tokens, prompt_tokens, write_token)
+            self.engine.emit(tokens, prompt_tokens, paired if pair_every else write_token)
+            if held:
+                write_token("".join(held))
             if chat:
                 chunk({"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish,
                        "stop_reason": None})
