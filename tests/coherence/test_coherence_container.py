@@ -60,6 +60,7 @@ def test_gate_picks_the_fastest_coherent_backend(fake_vllm_image: str) -> None:
         "vllm serve org/moe-nvfp4 --moe-backend flashinfer_b12x --linear-backend flashinfer_b12x"
     )
     assert fake_vllm_image in selected["docker_command"]
+    assert selected["speed_basis"] == {"tie": False}  # 400 vs 120 tok/s: the intervals separate
     assert leftover_containers(owner=os.getpid()) == []
 
 
@@ -95,6 +96,16 @@ def test_garbage_mismatch_and_silent_exit_in_containers(fake_vllm_image: str) ->
     assert section["status"] == "passed"
     assert section["selected"]["moe_backend"] == "cutlass"
     assert leftover_containers(owner=os.getpid()) == []
+
+
+def test_a_backend_vllm_refuses_is_told_from_a_slow_start_in_a_container(fake_vllm_image: str) -> None:
+    section = gate_image(fake_vllm_image, ["org/m"], ["no_such_backend"], gpus=None, assume_gpu=True,
+                         options=OPTS, env={"FAKE_VLLM_STARTUP_S": "0.5"})  # fmt: skip
+    (combo,) = section["combinations"]
+    assert combo["status"] == "failed"
+    assert combo["startup_s"] < 30  # the exit ended the wait, not the health timeout
+    assert any("--moe-backend 'no_such_backend'" in r and "'marlin'" in r and "'triton_unfused'" in r
+               for r in combo["reasons"]), combo["reasons"]  # fmt: skip
 
 
 def test_ctrl_c_removes_the_container(fake_vllm_image: str) -> None:

@@ -24,6 +24,10 @@ Behaviours: coherent, wrong, loop, apostrophe, bang, empty, short, special,
 tagloop, soup, concurrency-bang, degraded-marlin, mismatch, hang, crash-nvfp4,
 crash-cutlass-fp4, crash-no-kernel, crash-ptxas, crash-fp8-cutlass,
 crash-concurrency, crash-exit.
+Like real vLLM 0.26 (recorded), an unknown --moe-backend exits 2 with argparse's
+line and vLLM's choices, and a --max-model-len above 8192 exits 1 with vLLM's
+config refusal. FAKE_VLLM_LOAD_S=N keeps the port closed for N s, then answers
+/health 200 at once, as real vLLM does through a model load.
 Other knobs (env): FAKE_VLLM_TOKS_PER_S (number or per-backend map),
 FAKE_VLLM_STARTUP_S (default 3), FAKE_VLLM_REASONING=1 (a reasoning model:
 thinks unless `chat_template_kwargs.enable_thinking` is false),
@@ -536,8 +540,25 @@ class Handler(BaseHTTPRequestHandler):
                 chunk({"index": 0, "text": tok, "logprobs": lp, "finish_reason": None,
                        "stop_reason": None})
 
+        # Real vLLM 0.26 sent 256 ignore_eos tokens in 222-223 events: some events carry two
+        # tokens. Replayed on ignore_eos streams (every FAKE_VLLM_PAIR_EVERY-th token waits for
+        # the next); usage still counts every token, so only a client that counts events errs.
+        pair_every = int(os.environ.get("FAKE_VLLM_PAIR_EVERY", "7")) if body.get("ignore_eos") and not k else 0
+        held: list[str] = []
+        counted = [0]
+
+        def paired(tok: str) -> None:
+            held.append(tok)
+            counted[0] += 1
+            if counted[0] % pair_every == 0 and len(held) == 1:
+                return  # sent with the next token, in one event
+            write_token("".join(held))
+            held.clear()
+
         try:
-            self.engine.emit(tokens, prompt_tokens, write_token)
+            self.engine.emit(tokens, prompt_tokens, paired if pair_every else write_token)
+            if held:
+                write_token("".join(held))
             if chat:
                 chunk({"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish,
                        "stop_reason": None})
@@ -607,8 +628,42 @@ def crash(mode: str) -> None:
     raise SystemExit(1)
 
 
+# Recorded from real vLLM 0.26.0 (tests/coherence/fixtures/vllm-0.26.0-h200): argparse's
+# choices for --moe-backend, and the config refusal of a --max-model-len above the model's.
+REAL_MOE_CHOICES = (
+    "aiter", "auto", "cutlass", "deep_gemm", "deep_gemm_mega_moe", "emulation", "flashinfer_b12x",
+    "flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_trtllm", "flydsl", "hpc", "humming",
+    "marlin", "triton", "triton_unfused",
+)  # fmt: skip
+MAX_POSITION_EMBEDDINGS = 8192
+
+
+def refuse_args(opts: dict[str, str]) -> None:
+    """Exit as real vLLM does for a flag or config it refuses (argparse: 2; config: 1)."""
+    moe = opts.get("moe_backend")
+    if moe is not None and moe not in REAL_MOE_CHOICES and moe not in MOE_ENUM and moe not in DEFAULT_TOKS:
+        time.sleep(float(os.environ.get("FAKE_VLLM_IMPORT_S", "0")))  # vLLM imports ~30 s first
+        choices = ", ".join(repr(c) for c in REAL_MOE_CHOICES)
+        print("usage: vllm serve [model_tag] [options]", file=sys.stderr)
+        print(f"main.py serve: error: argument --moe-backend: invalid choice: {moe!r} (choose from {choices})",
+              file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    wanted = opts.get("max_model_len")
+    if wanted is not None and wanted.isdigit() and int(wanted) > MAX_POSITION_EMBEDDINGS:
+        log("APIServer", "INFO", "api_utils.py:273", f"non-default args: {opts}")
+        print(f"(APIServer pid={API_PID}) pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+              "ModelConfig", flush=True)
+        print(f"(APIServer pid={API_PID})   Value error, User-specified max_model_len ({wanted}) is greater than "
+              f"the derived max_model_len (max_position_embeddings={MAX_POSITION_EMBEDDINGS}.0 or "
+              "model_max_length=None in model's config.json). To allow overriding this maximum, set the env var "
+              "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. [type=value_error, input_value=ArgsKwargs((), {...}), "
+              "input_type=ArgsKwargs]", flush=True)
+        raise SystemExit(1)
+
+
 def main(argv: list[str]) -> int:
     opts = parse_args(argv)
+    refuse_args(opts)
     moe = opts.get("moe_backend", "auto").lower().replace("-", "_")
     linear = opts.get("linear_backend", moe if moe in LINEAR_KERNEL else "auto").lower().replace("-", "_")
     spec = opts.get("fake_mode") or os.environ.get("FAKE_VLLM_MODE", "coherent")
@@ -620,7 +675,10 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # PID 1 in a container: exit on stop
     startup_log(opts, moe, linear, mode)
-    time.sleep(startup_s * 0.3)  # not listening yet: connection refused, as while vLLM loads
+    load_s = os.environ.get("FAKE_VLLM_LOAD_S")
+    # Real vLLM 0.26 keeps its port closed for the whole load (129.5 s recorded for a 135M
+    # model), then answers /health 200 at the first connection: FAKE_VLLM_LOAD_S replays that.
+    time.sleep(float(load_s) if load_s else startup_s * 0.3)
     if mode in CRASH_LINES:
         crash(mode)
     if mode == "crash-exit":  # killed without a word (e.g. the OOM killer): only the exit tells
@@ -632,7 +690,8 @@ def main(argv: list[str]) -> int:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     log("EngineCore_DP0", "INFO", "gpu_model_runner.py:4101", "Graph capturing finished in 12 secs, took 0.52 GiB")
-    time.sleep(startup_s * 0.7)  # listening, /health answers 503 while the engine warms up
+    if not load_s:
+        time.sleep(startup_s * 0.7)  # listening, /health answers 503 while the engine warms up
     if mode != "hang":
         STATE["ready"] = True
         print(f"(APIServer pid={API_PID}) INFO:     Application startup complete.", flush=True)

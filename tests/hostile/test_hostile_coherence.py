@@ -261,3 +261,16 @@ def test_the_cli_gives_up_on_a_stalled_warm_up_within_its_request_timeout(name: 
     assert_clean_failure(result, rc=1, names=[server.host], wall_s=8 * REQUEST_TIMEOUT_S)
     section = _strict(result.stdout)
     assert section["status"] == "failed"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://127.0.0.1:0", "http://127.0.0.1:65536/v1"])
+def test_an_endpoint_port_outside_the_tcp_range_is_a_usage_error_at_once(url: str) -> None:
+    result = run_cli(["coherence", "--endpoint", url, "--model", MODEL, "--json"])
+    assert_clean_failure(result, rc=2, names=["--endpoint", "outside 1-65535"], wall_s=10, max_lines=1)
+
+
+@pytest.mark.parametrize("tokens", ["8193", "2560000", "1"])
+def test_speed_tokens_beyond_their_bounds_are_a_usage_error(tokens: str) -> None:
+    result = run_cli(["coherence", "--endpoint", "http://127.0.0.1:8000", "--model", MODEL,
+                      "--speed-tokens", tokens, "--json"])  # fmt: skip
+    assert_clean_failure(result, rc=2, names=["--speed-tokens", "between 2 and 8192"], wall_s=10, max_lines=1)

@@ -1,5 +1,11 @@
 """`spark-images coherence IMAGE --profile P` (or `--model M`): serve, check, pick the fastest coherent backend.
 
+Three ways to reach a server: IMAGE (one container per combination),
+`--serve "vllm serve ..."` (vLLM as a child process, no Docker: a refused flag
+or config is a finding, exit 1, naming vLLM's own line) and `--endpoint URL`
+(a server running or still loading: a refused connection is waited for until
+`--health-timeout`; nothing there in that time is exit 2).
+
 The models, backends and KV-cache dtypes come from the profile's
 `verify.coherence` settings (`spark-images plan P` shows the matrix); flags
 given on the command line replace the profile's value of that one setting.
@@ -72,8 +78,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"default {','.join(DEFAULT_KV_CACHE_DTYPES)})")  # fmt: skip
     parser.add_argument("--endpoint", metavar="URL",
                         help="check a server that is already running (no container)")  # fmt: skip
+    parser.add_argument("--serve", metavar="COMMAND",
+                        help='start vLLM as a child process, without Docker (a pip-installed vLLM), e.g. '
+                        '--serve "vllm serve ORG/MODEL --port 8000"; its exit and output are read, so a '
+                        "refused flag or config is a finding naming vLLM's line; it is always stopped")  # fmt: skip
     parser.add_argument("--health-timeout", type=_positive, default=1800.0, metavar="S",
-                        help="seconds to wait for /health (default 1800, as upstream CI)")  # fmt: skip
+                        help="seconds to wait for /health 200 (default 1800, as upstream CI). vLLM keeps its "
+                        "port closed while it loads the model (about 80-120 s for a 135M model on an H200, "
+                        "many minutes for a large model on a Spark), so a refused connection counts as "
+                        "'not up yet' until then; progress goes to stderr. With --endpoint, a port that "
+                        "never opened in that time is exit 2; one that answered but never became healthy "
+                        "is a failed gate (exit 1)")  # fmt: skip
     parser.add_argument("--request-timeout", type=_positive, default=300.0, metavar="S",
                         help="overall deadline of one completion request, body included (default 300)")  # fmt: skip
     parser.add_argument("--gpus", default="all",
@@ -99,6 +114,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "upstream's four must always pass)")  # fmt: skip
     parser.add_argument("--speed-tokens", type=int, default=256, metavar="N",
                         help="tokens per timed stream (default 256, ignore_eos)")  # fmt: skip
+    parser.add_argument("--speed-runs", type=int, default=5, metavar="N",
+                        help="timed streams per combination (default 5, at most 50): the record holds their "
+                        "median, IQR and bootstrap 95%% interval, and a combination is only 'fastest' when "
+                        "its interval separates from the others'; otherwise it is a tie, broken by the "
+                        "profile's order")  # fmt: skip
     parser.add_argument("--record", type=Path, metavar="FILE",
                         help="write the result as the `coherence` section of this build record")  # fmt: skip
     add_json_flag(parser)
@@ -131,6 +151,21 @@ def _volumes(items: list[str]) -> list[tuple[str, str]]:
         if cache.is_dir():
             out.append((str(cache), "/root/.cache/huggingface"))
     return out
+
+
+# A timed stream longer than this measures the KV cache filling, not decode speed, and a
+# typo (--speed-tokens 2560000) would hold the gate for hours.
+MAX_SPEED_TOKENS = 8192
+_ENDPOINT_RE = re.compile(r"^https?://[^/\s:]+(?::(\d+))?(/\S*)?$")
+
+
+def _check_endpoint(url: str) -> None:
+    """An http(s) URL whose port, if given, is a TCP port (1-65535): a usage error at once."""
+    match = _ENDPOINT_RE.match(url)
+    if not match:
+        raise _usage("--endpoint", f"{url!r} is not an http(s) URL", "e.g. --endpoint http://127.0.0.1:8000")
+    if match.group(1) is not None and not 1 <= int(match.group(1)) <= 65535:
+        raise _usage("--endpoint", f"port {match.group(1)} is outside 1-65535", "e.g. --endpoint http://127.0.0.1:8000")
 
 
 def _sigterm_as_interrupt() -> None:
@@ -187,15 +222,20 @@ def _matrix(args: argparse.Namespace) -> tuple[list[str], list[str], list[str] |
 def run(args: argparse.Namespace) -> int:
     from spark_images.coherence import GateOptions, gate_endpoint, gate_image
 
-    args.model, args.backends, args.linear_backends, args.kv_cache_dtype = _matrix(args)
+    if not args.serve:
+        args.model, args.backends, args.linear_backends, args.kv_cache_dtype = _matrix(args)
     unknown_api = [a for a in args.api if a not in ("completions", "chat")]
     if unknown_api:
         raise _usage("--api", f"unknown API {', '.join(unknown_api)}", "--api completions,chat")
     if not 0.0 <= args.min_probe_pass <= 1.0:
         raise _usage("--min-probe-pass", f"{args.min_probe_pass} is not between 0 and 1", "--min-probe-pass 0.9")
-    if args.speed_tokens < 2:
-        raise _usage("--speed-tokens", "must be at least 2", "--speed-tokens 256")
+    if not 2 <= args.speed_tokens <= MAX_SPEED_TOKENS:
+        raise _usage("--speed-tokens", f"{args.speed_tokens} is not between 2 and {MAX_SPEED_TOKENS}",
+                     "--speed-tokens 256")  # fmt: skip
+    if not 2 <= args.speed_runs <= 50:
+        raise _usage("--speed-runs", f"{args.speed_runs} is not between 2 and 50", "--speed-runs 5")
     opts = GateOptions(
+        speed_runs=args.speed_runs,
         health_timeout_s=args.health_timeout,
         request_timeout_s=args.request_timeout,
         ab_reference=args.ab_reference.lower().replace("-", "_") if args.ab_reference else None,
@@ -208,13 +248,18 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     _sigterm_as_interrupt()
-    if args.endpoint:
+    if args.serve:
+        if args.image or args.endpoint:
+            raise _usage("--serve", "give one of IMAGE, --endpoint and --serve", "drop the others")
+        from spark_images.coherence.local import gate_local
+
+        section = gate_local(args.serve, options=opts, progress=progress)
+    elif args.endpoint:
         if args.image:
             raise _usage("IMAGE", "give either IMAGE or --endpoint, not both", "drop one of them")
         if len(args.model) != 1:
             raise _usage("--model", "--endpoint checks one served model", "give --model once")
-        if not re.match(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$", args.endpoint):
-            raise _usage("--endpoint", f"{args.endpoint!r} is not an http(s) URL", "e.g. --endpoint http://127.0.0.1:8000")
+        _check_endpoint(args.endpoint)
         section = gate_endpoint(args.endpoint, args.model[0], options=opts, progress=progress)
     else:
         if not args.image:

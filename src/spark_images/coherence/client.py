@@ -52,6 +52,16 @@ def _usage_tokens(doc: dict[str, Any], where: str) -> object:
     return usage.get("completion_tokens")
 
 
+@dataclass(frozen=True)
+class HealthAnswer:
+    """One GET /health: its status, or None, and what was seen, in words."""
+
+    status: int | None
+    seen: str
+    connected: bool = False  # something accepted the connection
+    no_host: bool = False  # the host name does not resolve: no wait will fix that
+
+
 @dataclass
 class Completion:
     text: str
@@ -176,19 +186,14 @@ class OpenAIClient:
 
     def health(self, timeout_s: float = 5.0) -> int | None:
         """HTTP status of /health, or None when nothing answers (in time)."""
-        deadline = self._deadline(timeout_s)
-        try:
-            resp = http.send(self.session, "GET", self._url("/health"), deadline=deadline, timeout=deadline.timeout())
-        except (http.HttpProblem, requests.RequestException):
-            return None
-        resp.close()
-        return resp.status_code
+        return self.health_answer(timeout_s).status
 
-    def connection_refused(self, timeout_s: float = 5.0) -> str | None:
-        """Why no connection can be made at all (refused, no such host), or None.
+    def health_answer(self, timeout_s: float = 5.0) -> HealthAnswer:
+        """What GET /health got: a status, or why there was none, in words.
 
-        A vLLM server opens its port before it loads the model, so a refused
-        connection means nothing is there, not a server still starting.
+        Real vLLM keeps its port closed for the whole model load (minutes), so
+        a refused connection is "not up yet", and the caller decides how long
+        to wait for it.
         """
         deadline = self._deadline(timeout_s)
         try:
@@ -196,12 +201,16 @@ class OpenAIClient:
         except requests.ConnectionError as exc:
             text = str(exc).lower()
             if "name or service not known" in text or "nodename nor servname" in text or "failed to resolve" in text:
-                return "no such host"
-            return "connection refused"
-        except (http.HttpProblem, requests.RequestException):
-            return None
+                return HealthAnswer(None, "no such host", no_host=True)
+            if "refused" in text:
+                return HealthAnswer(None, "connection refused")
+            return HealthAnswer(None, f"no connection ({exc.__class__.__name__})", connected=False)
+        except (http.DeadlineExceeded, requests.Timeout):
+            return HealthAnswer(None, f"no answer within {timeout_s:g} s", connected=True)
+        except (http.HttpProblem, requests.RequestException) as exc:
+            return HealthAnswer(None, f"broken answer ({exc.__class__.__name__})", connected=True)
         resp.close()
-        return None
+        return HealthAnswer(resp.status_code, f"HTTP {resp.status_code}", connected=True)
 
     def models(self) -> list[str]:
         status, body = self._get("/v1/models", 30)

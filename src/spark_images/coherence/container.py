@@ -8,14 +8,17 @@ seen to `judge.combination_record`. The container is always removed.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_images.coherence import judge, verdict
-from spark_images.coherence.checks import GateOptions, Outcome, Progress, check_server, wait_ready
+from spark_images.coherence.checks import GateOptions, Outcome, Progress, check_server
 from spark_images.coherence.client import OpenAIClient
+from spark_images.coherence.readiness import wait_for_health
+from spark_images.coherence.refusal import refusal
 from spark_images.coherence.signatures import LogScan
 from spark_images.coherence.verdict import Combination
 
@@ -30,16 +33,27 @@ class _LogWatch:
 
     def __init__(self) -> None:
         self.scan = LogScan()
+        self.tail: collections.deque[str] = collections.deque(maxlen=400)
         self.lock = threading.Lock()
 
     def on_line(self, line: str) -> None:
         with self.lock:
             self.scan.feed(line)
+            self.tail.append(line)
 
     def fatal(self) -> str | None:
+        """vLLM's own refusal line whole (flag and choices), else the fatal signature."""
         with self.lock:
             hit = self.scan.root_cause()
+            said = refusal(self.tail) if hit else None
+        if said:
+            return f"log: {said}"
         return f"log: fatal {hit.name}: {hit.line[:200]}" if hit else None
+
+    def refused(self) -> str | None:
+        """vLLM's own refusal (argparse, config) in the log: named once the container exited."""
+        with self.lock:
+            return refusal(self.tail)
 
 
 def run_in_container(
@@ -81,15 +95,16 @@ def _check_container(
         if running:
             return None
         time.sleep(0.5)  # let the follower read the last lines, which name the cause
-        cause = watch.fatal()
+        cause = watch.fatal() or watch.refused()
         return f"container exited with code {code}" + (f" ({cause})" if cause else "")
 
     client = OpenAIClient(f"http://127.0.0.1:{box.host_port}", combo.model,
                           seed=opts.seed, timeout_s=opts.request_timeout_s)  # fmt: skip
-    reason, waited = wait_ready(client, opts.health_timeout_s, poll_s=opts.health_poll_s,
-                                failed=lambda: stopped() or watch.fatal())  # fmt: skip
-    if reason:
-        return Outcome(reasons=[reason]), waited
+    wait = wait_for_health(client, opts.health_timeout_s, poll_s=opts.health_poll_s,
+                           failed=lambda: stopped() or watch.fatal(), progress=progress)  # fmt: skip
+    waited = wait.waited_s
+    if wait.reason:
+        return Outcome(reasons=[wait.reason]), waited
     progress(f"  healthy after {waited:.1f} s")
     outcome = check_server(client, opts, alive=stopped, progress=progress)
     late = watch.fatal()  # a fault during the checks (e.g. an illegal memory access under load)

@@ -138,6 +138,9 @@ def judge_speed(obs: SpeedObservation) -> Judgement:
         "runs": runs,
         "tokens_per_run": obs.asked_tokens,
     }
+    measured = speed.spread(rates) if not unknown else None
+    if measured is not None:
+        doc["spread"] = measured.to_json()
     if unknown:
         doc["decode_tokens_per_s"] = "unknown"
         doc["unknown_reason"] = "; ".join(dict.fromkeys(unknown))

@@ -11,7 +11,6 @@ record's `coherence` section.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,10 +21,10 @@ from spark_images.coherence.checks import (
     Progress,
     check_server,
     quiet,
-    wait_ready,
 )
 from spark_images.coherence.client import OpenAIClient
 from spark_images.coherence.container import run_in_container
+from spark_images.coherence.readiness import wait_for_health
 from spark_images.coherence.verdict import Combination
 from spark_images.core.errors import EnvironmentProblem
 from spark_images.profiles.profile import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
@@ -91,27 +90,29 @@ def gate_image(
     return _section(results, models, image_ref, serve_args, env, gpu_doc)
 
 
-ENDPOINT_CONNECT_GRACE_S = 20.0
-
-
 def gate_endpoint(
     url: str, model: str, *, options: GateOptions | None = None, progress: Progress = quiet
 ) -> dict[str, Any]:
-    """Check a server that is already running (no container, no log to scan)."""
+    """Check a server that is running or still starting (no container, no log to scan).
+
+    A refused connection is a server still loading its model (real vLLM keeps
+    its port closed until then), waited for up to `health_timeout_s`. When
+    nothing ever accepted a connection in that time, there is no server to
+    judge: an environment problem (exit 2), with how long it waited.
+    """
     opts = options or GateOptions()
     client = OpenAIClient(url, model, seed=opts.seed, timeout_s=opts.request_timeout_s)
-    # "already running": a server that is still starting answers /health with an
-    # error; one whose port stays closed for the grace period is not there at all
-    grace_end = time.monotonic() + min(ENDPOINT_CONNECT_GRACE_S, opts.health_timeout_s)
-    while (refused := client.connection_refused()) and time.monotonic() < grace_end:
-        time.sleep(0.5)
-    if refused:
+    wait = wait_for_health(client, opts.health_timeout_s, poll_s=opts.health_poll_s,
+                           failed=lambda: None, progress=progress)  # fmt: skip
+    if wait.no_host:
+        raise EnvironmentProblem(f"--endpoint {url}: no such host (fix: correct the URL, e.g. http://127.0.0.1:8000)")
+    if wait.never_answered:
         raise EnvironmentProblem(
-            f"--endpoint {url}: nothing answers there ({refused} for {ENDPOINT_CONNECT_GRACE_S:g} s) "
-            "(fix: start the server first, or correct the URL, e.g. http://127.0.0.1:8000)"
+            f"--endpoint {url}: nothing answered in {wait.waited_s:.0f} s (--health-timeout "
+            f"{opts.health_timeout_s:g}); last seen: {wait.last_seen} "
+            "(fix: start the server, give a longer --health-timeout for a slow model load, or correct the URL)"
         )
-    reason, waited = wait_ready(client, opts.health_timeout_s, poll_s=opts.health_poll_s,
-                                failed=lambda: None)  # fmt: skip
+    reason, waited = wait.reason, wait.waited_s
     outcome = Outcome()
     if reason:
         outcome.reasons.append(reason)
@@ -134,6 +135,10 @@ def gate_endpoint(
     return section
 
 
+def _label(result: Mapping[str, Any]) -> str:
+    return f"moe={result['moe_backend']} linear={result['linear_backend']} kv={result['kv_cache_dtype']}"
+
+
 def _section(
     results: list[dict[str, Any]],
     models: Sequence[str],
@@ -148,9 +153,14 @@ def _section(
         section["reason"] = why
     per_model: dict[str, Any] = {}
     for model in models:
-        best = verdict.select_fastest([r for r in results if r["model"] == model])
+        best, tied = verdict.rank_fastest([r for r in results if r["model"] == model])
         if best is not None:
             per_model[model] = verdict.selection(image, best, serve_args, env)
+            per_model[model]["speed_basis"] = (
+                {"tie": True, "tied_with": [_label(r) for r in tied],
+                 "broken_by": "profile order (the first listed combination of the tie)"}
+                if tied else {"tie": False}
+            )  # fmt: skip
     if per_model:
         section["selected"] = per_model[next(m for m in models if m in per_model)]
         section["selected_per_model"] = per_model

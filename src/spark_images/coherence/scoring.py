@@ -47,6 +47,13 @@ class Thresholds:
     min_foreign_letters: int = 3  # a lone π or é is not soup
     max_periodic_chars: int = 40  # characters covered by one repeated unit (<= 12 chars)
     min_tokens: int = 2  # empty or one-token answers
+    # The word regex skips whitespace, so a blank answer passed every metric above: real
+    # vLLM 0.26 answered an open prompt with 85% whitespace-only tokens (51 newlines in a
+    # row) at distinct-2 0.73 and compression 0.315. Prose is about 17% whitespace.
+    max_whitespace_tokens: float = 0.5  # share of tokens that are whitespace only
+    max_whitespace_chars: float = 0.5  # share of characters that are whitespace
+    max_blank_lines: int = 8  # blank lines in a row
+    min_whitespace_chars: int = 40  # shorter answers are judged by the other metrics
 
 
 @dataclass
@@ -143,6 +150,19 @@ def bad_characters(text: str) -> tuple[int, int]:
     return replacement, control
 
 
+def whitespace_shape(text: str, pieces: Sequence[str] | None) -> tuple[float, float, int]:
+    """(whitespace-only share of the tokens, whitespace share of the characters, longest blank-line run).
+
+    Tokens are the streamed pieces when there are some, else whitespace-separated
+    runs of the text (each run of whitespace counting as one token).
+    """
+    tokens = [p for p in pieces if p] if pieces else re.findall(r"\s+|\S+", text)
+    blank_tokens = sum(1 for tok in tokens if not tok.strip())
+    spaces = sum(1 for ch in text if ch.isspace())
+    runs = [m.group(0).count("\n") - 1 for m in re.finditer(r"\n[ \t\r\n]*", text)]
+    return (blank_tokens / len(tokens) if tokens else 0.0, spaces / len(text) if text else 0.0, max(runs, default=0))
+
+
 def special_tokens(text: str) -> list[str]:
     return _SPECIAL_TOKEN_RE.findall(text)
 
@@ -199,6 +219,16 @@ def score_text(
         m["compression_ratio"] = round(cr, 3)
         if cr < t.min_compression_ratio:
             report.issues.append(f"compression ratio {cr:.2f} < {t.min_compression_ratio}")
+
+    ws_tokens, ws_chars, blank_run = whitespace_shape(text, pieces)
+    m["whitespace_tokens"], m["whitespace_chars"], m["max_blank_lines"] = round(ws_tokens, 3), round(ws_chars, 3), blank_run
+    if text.strip() and len(text) >= t.min_whitespace_chars:
+        if ws_tokens > t.max_whitespace_tokens or ws_chars > t.max_whitespace_chars:
+            report.issues.append(
+                f"mostly whitespace: {ws_tokens:.0%} of tokens and {ws_chars:.0%} of characters"
+            )
+        if blank_run > t.max_blank_lines:
+            report.issues.append(f"{blank_run} blank lines in a row (> {t.max_blank_lines})")
 
     scripts = script_counts(text)
     letters = sum(scripts.values())

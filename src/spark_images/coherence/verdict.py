@@ -137,22 +137,43 @@ def judge_probes(
     return ProbeVerdict(not reasons, passed, total, tuple(reasons))
 
 
-def select_fastest(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The passed combination with the highest median decode tok/s (first wins ties).
+def _rate_and_interval(result: Mapping[str, Any]) -> tuple[float, list[float]] | None:
+    measured = result.get("speed") or {}
+    rate = measured.get("decode_tokens_per_s")
+    if not isinstance(rate, int | float) or isinstance(rate, bool):
+        return None
+    ci = (measured.get("spread") or {}).get("ci95")
+    ok = isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, int | float) for v in ci)
+    return float(rate), [float(v) for v in ci] if ok else [float(rate), float(rate)]
 
-    A passed combination whose speed could not be measured ranks below every
-    measured one.
+
+def rank_fastest(results: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any] | None, list[Mapping[str, Any]]]:
+    """(the selected passed combination, the others it is tied with).
+
+    The fastest median is only "fastest" when its bootstrap 95% interval
+    separates from every other's. Combinations whose interval overlaps the
+    leader's are a tie, and a tie goes to the one listed first: the profile's
+    order (its `moe_backends`, then `linear_backends`, then `kv_cache_dtypes`)
+    is the documented preference. A passed combination whose speed could not be
+    measured ranks below every measured one.
     """
-    best: Mapping[str, Any] | None = None
-    best_key: tuple[int, float] | None = None
-    for result in results:
-        if result.get("status") != "passed":
-            continue
-        rate = (result.get("speed") or {}).get("decode_tokens_per_s")
-        key = (1, float(rate)) if isinstance(rate, int | float) else (0, 0.0)
-        if best_key is None or key > best_key:
-            best, best_key = result, key
-    return best
+    passed = [r for r in results if r.get("status") == "passed"]
+    measured = [(r, m) for r in passed if (m := _rate_and_interval(r)) is not None]
+    if not measured:
+        return (passed[0] if passed else None), []
+    _, (_, leader_ci) = max(measured, key=lambda item: item[1][0])  # max keeps the first of equals
+    tied = [r for r, (_, ci) in measured if speed_overlap(ci, leader_ci)]
+    chosen = tied[0]  # results are in profile order
+    return chosen, [r for r in tied if r is not chosen]
+
+
+def speed_overlap(a: Sequence[float], b: Sequence[float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def select_fastest(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The selected passed combination (see `rank_fastest`)."""
+    return rank_fastest(results)[0]
 
 
 def selection(
