@@ -29,7 +29,7 @@ from spark_images.coherence.client import OpenAIClient
 from spark_images.coherence.readiness import wait_for_health
 from spark_images.coherence.refusal import refusal
 from spark_images.coherence.signatures import LogScan
-from spark_images.errors import Problem, UsageError
+from spark_images.core.errors import Problem, UsageError
 
 TAIL_LINES = 400
 STOP_GRACE_S = 15.0
