@@ -40,7 +40,9 @@ NVCC_WHEEL_URL = (
     + NVCC_WHEEL
 )
 NVCC_WHEEL_SHA256 = "c7ff28f86a24effdc6c034fa15230c549a273e4771b10a7fec14996f8cf3307f"
-CUDA_BASE = "spark-images-test/cuda:13.0-devel-bookworm-arm64"
+CUDA_BASE = "spark-images-test/cuda:13.0-devel-bookworm-2p"  # linux/arm64 + linux/amd64
+# The amd64 half of the test base (.ci/standin-rootfs.sh amd64, run by .ci/engine-up.sh)
+AMD64_ROOTFS = Path(os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test")) / "noble-amd64.tar"
 TEST_COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 TEST_CA_DIR = CACHE / "test-ca"
