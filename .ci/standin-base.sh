@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${SPARK_IMAGES_TEST_CACHE:-$HOME/.cache/spark-images-test}"
 REGISTRY="${SPARK_IMAGES_TEST_REGISTRY:-127.0.0.1:5000}"
-NAME="$REGISTRY/spark-images-standin/cuda:13.0.2-devel-ubuntu24.04"
+NAME="$REGISTRY/spark-images-standin/cuda:13.0.2-devel-trixie-arm64-noble-amd64"
 log() { printf '[standin-base] %s\n' "$*" >&2; }
 
 bash .ci/standin-rootfs.sh amd64

@@ -162,12 +162,14 @@ def wheel_archive(files: dict[str, bytes], dist: str) -> bytes:
 def make_vllm_wheel(out_dir: Path, library: Path, commit: str, version: str = "0.29.0") -> tuple[Path, str]:
     """A minimal `vllm` wheel (deterministic zip): _version.py naming the commit, the library."""
     files = {
-        "vllm/__init__.py": b"from vllm._version import __version__\n",
+        "vllm/__init__.py": b"from vllm._version import __version__\n\n\ndef probe() -> None:\n    print(__version__)\n",
         "vllm/_version.py": f"__version__ = version = '{version}'\n__commit_id__ = 'g{commit[:9]}'\n".encode(),
         "vllm/_C.abi3.so": library.read_bytes(),
     }
     dist = f"vllm-{version}.dist-info"
     files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode()
+    # a console script: pip writes it with the installing interpreter in its shebang
+    files[f"{dist}/entry_points.txt"] = b"[console_scripts]\nvllm-test-probe = vllm:probe\n"
     files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: spark-images-tests\nRoot-Is-Purelib: false\nTag: py3-none-any\n"
     data = wheel_archive(files, dist)
     digest = hashlib.sha256(data).hexdigest()
