@@ -159,7 +159,8 @@ COPY --from=installer /opt/spark/vllm/bin/ /opt/venv/bin/
 # distribution has what it requires (the lock installs with --no-deps, so
 # nothing else would notice a missing or conflicting package), the installed
 # vLLM is the pinned commit (its _version.py records it), and it imports.
-RUN pip check \
+RUN { pip check > /tmp/pip-check.txt || python -c 'import importlib.metadata as m, re, sys; lines = open(sys.argv[1]).read().splitlines(); tags = lambda n: [t for t in (m.distribution(n).read_text("WHEEL") or "").splitlines() if t.startswith("Tag:")]; ok = lambda line: (hit := re.fullmatch(r"(\S+) \S+ is not supported on this platform", line)) is not None and bool(tags(hit[1])) and all(t.endswith("_sbsa") for t in tags(hit[1])); [print("pip check:", line, "(its WHEEL names sbsa, NVIDIA server aarch64: accepted)") for line in lines if ok(line)]; sys.exit(chr(10).join(line for line in lines if not ok(line)) or None)' /tmp/pip-check.txt; } \
+    && rm -f /tmp/pip-check.txt \
     && python -c 'import importlib.util, pathlib, sys; t = pathlib.Path(importlib.util.find_spec("vllm").origin).with_name("_version.py").read_text(); sys.exit(0 if sys.argv[1] in t else "vllm/_version.py does not name commit " + sys.argv[2])' \
         g98dff2a81 98dff2a81d747d1dba01a47f939f48c3526d4206 \
     && python -c 'import vllm'
