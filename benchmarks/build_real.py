@@ -62,7 +62,7 @@ def report(totals: dict[str, float]) -> str:
     for name, seconds in totals.items():
         rows.append(f"  {name:<40} {seconds:>8.1f}s")
     total = sum(totals.values())
-    rows.append(f"  {'total':<40} {total:>8.1f}s")
+    rows.append(f"  {'total':<40} {total:>8.1f}s  (a sum: installer and toolchain run side by side)")
     rows.append(f"baseline (all under qemu): {BASELINE_TOTAL:.0f} s")
     for name, seconds in BASELINE.items():
         rows.append(f"  {name:<40} {seconds:>8.1f}s")
