@@ -2,6 +2,8 @@
 
     nox -s build-cu130      the main job: validate, audit, render, build, inspect, gate
     nox -s tests            the test suite (engine tests need .ci/engine-up.sh first)
+    nox -s acceptance       the main job on a local stand-in base (hosts that cannot pull nvidia/cuda)
+    nox -s reprotest        two varied builds of the real plan must give one digest (long; not in CI)
 
 Every session installs the package as users get it (`pip install .`, never
 `-e`); `tests` builds the wheel and runs the suite on that installed wheel.
@@ -131,3 +133,22 @@ def coherence(session: nox.Session) -> None:
 def publish(session: nox.Session) -> None:
     _install(session)
     session.run("spark-images", "publish", *session.posargs)
+
+
+@nox.session
+def acceptance(session: nox.Session) -> None:
+    """The real cu130 lock through `spark-images build` on a local stand-in base, then
+    `check` of the archive against the verdict written down in .ci/acceptance.py.
+    Needs .ci/engine-up.sh (engine, registry, emulation) and PyPI; about 6 GB of
+    wheels on a fresh machine, kept in BuildKit's cache mount between runs."""
+    _install(session)
+    session.run("python", str(ROOT / ".ci" / "acceptance.py"), *session.posargs)
+
+
+@nox.session
+def reprotest(session: nox.Session) -> None:
+    """Build the real plan twice without cache, varied as reprotest varies a build:
+    another checkout path, umask, TZ, locale, user name and build directory; the two
+    digests must be one. Twice the acceptance build: run it by hand, not in CI."""
+    _install(session)
+    session.run("python", str(ROOT / ".ci" / "reprotest.py"), *session.posargs)

@@ -101,4 +101,7 @@ if [ ! -s "$CACHE/rootfs-arm64.tar" ]; then
   mv "$CACHE/rootfs-arm64.tar.tmp" "$CACHE/rootfs-arm64.tar"
   rm -rf "$root"
 fi
-log "ready: engine, buildx, qemu-aarch64, registry $REGISTRY_ADDR, rootfs $CACHE/rootfs-arm64.tar"
+# amd64 base rootfs (Ubuntu 24.04 minbase, cached): the build-platform half of the
+# tests' two-platform CUDA base, on which the native installer stage runs
+bash "$(dirname "$0")/standin-rootfs.sh" amd64
+log "ready: engine, buildx, qemu-aarch64, registry $REGISTRY_ADDR, rootfs $CACHE/rootfs-arm64.tar and noble-amd64.tar"

@@ -45,7 +45,9 @@ NVCC_WHEEL_URL = (
     + NVCC_WHEEL
 )
 NVCC_WHEEL_SHA256 = "c7ff28f86a24effdc6c034fa15230c549a273e4771b10a7fec14996f8cf3307f"
-CUDA_BASE = "spark-images-test/cuda:13.0-devel-bookworm-arm64"
+CUDA_BASE = "spark-images-test/cuda:13.0-devel-bookworm-2p"  # linux/arm64 + linux/amd64
+# The amd64 half of the test base (.ci/standin-rootfs.sh amd64, run by .ci/engine-up.sh)
+AMD64_ROOTFS = Path(os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test")) / "noble-amd64.tar"
 TEST_COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 TEST_CA_DIR = CACHE / "test-ca"
@@ -172,12 +174,14 @@ def wheel_archive(files: dict[str, bytes], dist: str) -> bytes:
 def make_vllm_wheel(out_dir: Path, library: Path, commit: str, version: str = "0.29.0") -> tuple[Path, str]:
     """A minimal `vllm` wheel (deterministic zip): _version.py naming the commit, the library."""
     files = {
-        "vllm/__init__.py": b"from vllm._version import __version__\n",
+        "vllm/__init__.py": b"from vllm._version import __version__\n\n\ndef probe() -> None:\n    print(__version__)\n",
         "vllm/_version.py": f"__version__ = version = '{version}'\n__commit_id__ = 'g{commit[:9]}'\n".encode(),
         "vllm/_C.abi3.so": library.read_bytes(),
     }
     dist = f"vllm-{version}.dist-info"
     files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode()
+    # a console script: pip writes it with the installing interpreter in its shebang
+    files[f"{dist}/entry_points.txt"] = b"[console_scripts]\nvllm-test-probe = vllm:probe\n"
     files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: spark-images-tests\nRoot-Is-Purelib: false\nTag: py3-none-any\n"
     data = wheel_archive(files, dist)
     digest = hashlib.sha256(data).hexdigest()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import shutil
 import subprocess
 import threading
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 from build_helpers import (
+    AMD64_ROOTFS,
     CACHE,
     CUDA_BASE,
     DATA,
@@ -38,13 +40,21 @@ from cache_lock import cache_lock
 def cuda_test_base(
     arm64_base: str, pypi_reachable: None, local_registry: str, tmp_path_factory: pytest.TempPathFactory
 ) -> str:
-    """`REGISTRY/NAME:TAG@sha256:DIGEST` of an arm64 image with a real CUDA 13.0 nvcc/ptxas.
+    """`REGISTRY/NAME:TAG@sha256:INDEX` of a two-platform CUDA test base, as nvidia/cuda is.
 
+    linux/arm64: the debootstrapped arm64 Debian with a real CUDA 13.0 nvcc/ptxas;
+    linux/amd64: the debootstrapped amd64 Ubuntu 24.04 (Python 3 with venv), which
+    the native installer stage runs on this x86-64 host (`FROM --platform=$BUILDPLATFORM`).
     BuildKit (docker driver) resolves `FROM name@sha256:...` only at a
     registry, even when the engine holds that exact image, so the base is
-    pushed to the loopback registry and pinned there by its digest: a real
-    pull by digest, as `nvidia/cuda:...@sha256:...` is on a connected host.
+    pushed to the loopback registry and pinned there by its index digest: a
+    real pull by digest, as `nvidia/cuda:...@sha256:...` is on a connected host.
     """
+    if not AMD64_ROOTFS.is_file():
+        reason = f"engine unavailable: no amd64 rootfs at {AMD64_ROOTFS} (run .ci/engine-up.sh)"
+        if "engine" in os.environ.get("SPARK_IMAGES_REQUIRE", "").split(","):
+            pytest.fail(f"engine required (SPARK_IMAGES_REQUIRE) but {reason}")
+        pytest.skip(reason)
     with cache_lock("cuda-test-base"):  # one build and push, whichever worker comes first
         probe = subprocess.run(
             ["docker", "image", "inspect", "--format", "{{.Id}}", CUDA_BASE], capture_output=True, text=True
@@ -52,16 +62,20 @@ def cuda_test_base(
         if probe.returncode != 0:
             ctx = tmp_path_factory.mktemp("cuda-base")
             shutil.copy(_download(NVCC_WHEEL_URL, NVCC_WHEEL_SHA256, CACHE / NVCC_WHEEL), ctx / "nvcc.whl")
+            os.link(AMD64_ROOTFS, ctx / "rootfs-amd64.tar") if AMD64_ROOTFS.stat().st_dev == ctx.stat().st_dev else shutil.copy(AMD64_ROOTFS, ctx / "rootfs-amd64.tar")
             (ctx / "Dockerfile").write_text(
-                f"FROM {arm64_base}\n"
+                "FROM scratch AS base-amd64\n"
+                "ADD rootfs-amd64.tar /\n"
+                f"FROM --platform=linux/arm64 {arm64_base} AS base-arm64\n"
                 "RUN --mount=type=bind,source=nvcc.whl,target=/tmp/nvcc.whl \\\n"
                 "    python3 -m zipfile -e /tmp/nvcc.whl /tmp/nvcc \\\n"
                 "    && mv /tmp/nvcc/nvidia/cu13 /usr/local/cuda-13.0 && rm -rf /tmp/nvcc \\\n"
                 "    && chmod 0755 /usr/local/cuda-13.0/bin/* && ln -s cuda-13.0 /usr/local/cuda \\\n"
                 "    && /usr/local/cuda/bin/nvcc --version\n"
+                "FROM base-${TARGETARCH}\n"
             )
             subprocess.run(
-                ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", CUDA_BASE, str(ctx)],
+                ["docker", "buildx", "build", "--platform", "linux/arm64,linux/amd64", "--load", "-t", CUDA_BASE, str(ctx)],
                 check=True,
                 capture_output=True,
             )
@@ -70,7 +84,7 @@ def cuda_test_base(
         _docker("push", "--quiet", remote)
         resp = requests.head(
             f"http://{local_registry}/v2/{CUDA_BASE.split(':')[0]}/manifests/{CUDA_BASE.split(':')[1]}",
-            headers={"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"},
+            headers={"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json"},
             timeout=30,
         )
         resp.raise_for_status()

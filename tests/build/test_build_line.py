@@ -156,6 +156,37 @@ def test_ca_bundle_lands_in_no_layer(
         assert data != bundle, name
 
 
+def test_locked_wheels_are_unpacked_natively_with_the_images_interpreter(
+    first_build: subprocess.CompletedProcess[str], passing: LineProject, local_registry: str
+) -> None:
+    """The installer stage ran on the host's platform and left only the unpacked wheels:
+    no installer venv, no .pyc, console scripts that name the image's interpreter (and
+    run, under emulation here), and the arm64 checks did run (pip check, import vllm)."""
+    assert first_build.returncode == 0
+    record = _record(passing, "line")
+    digest = record["build"]["digest"]
+    members = dict(_layer_members(local_registry, "spark-images-test/line", digest))
+    names = [n.lstrip("./") for n in members]
+    site = "opt/venv/lib/python3.11/site-packages/"
+    assert f"{site}six.py" in names and f"{site}vllm/_version.py" in names
+    assert not [n for n in names if n.startswith("opt/installer") or n.startswith("opt/spark/")]
+    # nothing the installer unpacked carries bytecode (the venv's own pip, made by
+    # ensurepip in the toolchain stage, is not the installer's)
+    unpacked = [n for n in names if n.startswith((f"{site}vllm", f"{site}six"))]
+    assert unpacked and not [n for n in unpacked if n.endswith(".pyc") or "__pycache__" in n]
+    script = next(data for name, data in members.items() if name.lstrip("./") == "opt/venv/bin/vllm-test-probe")
+    assert script.splitlines()[0] == b"#!/opt/venv/bin/python"
+    ran = subprocess.run(
+        ["docker", "run", "--rm", "--platform", "linux/arm64", "--entrypoint", "vllm-test-probe", record["build"]["local_image"]],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert ran.returncode == 0 and ran.stdout.strip() == "0.29.0", ran.stderr
+    log = (passing.root / "build" / "line" / "build.log")
+    text = log.read_text() if log.is_file() else first_build.stderr
+    assert "[installer " in text and "--platform manylinux_2_28_aarch64" in text
+    assert "pip check" in text and "import vllm" in text
+
+
 def test_two_builds_without_cache_give_one_digest(
     first_build: subprocess.CompletedProcess[str], passing: LineProject, ca_bundle: tuple[Path, str]
 ) -> None:
@@ -312,4 +343,18 @@ def test_an_unresolvable_wheel_host_is_exit_2_quoting_the_build_line(
     # the step's own line, as BuildKit printed it (`#N SECONDS ...`)
     assert re.search(r"`#\d+ \d+\.\d+ .*(Name or service not known|Temporary failure in name resolution)", reason), reason
     assert "does not resolve" in proc.stdout
+    assert not project.lock.exists()
+
+
+def test_a_lock_entry_without_an_arm64_wheel_is_one_line_naming_it(
+    make_project: Callable[..., LineProject], ca_bundle: tuple[Path, str]
+) -> None:
+    """docopt 0.6.2 exists on PyPI as an sdist only (docopt-0.6.2.tar.gz, its real sha256)."""
+    project = make_project("sdist", SM121)
+    lock = project.root / "profiles" / "test.requirements.lock"
+    lock.write_text(lock.read_text() + "docopt==0.6.2 \\\n    --hash=sha256:49b3a825280bd66b3aa83585ef59c4a8c82f2c8a522dbe754a8bc8d08c85c491\n")
+    proc = project.run("build", "profiles/sdist.yaml", "--ca-cert", str(ca_bundle[0]), "--quiet", "--lock", str(project.lock))
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "docopt==0.6.2" in line]
+    assert lines and all("has no wheel for linux/arm64" in line for line in lines), lines
     assert not project.lock.exists()

@@ -82,6 +82,13 @@ def test_unresolvable_registry_host_is_dns() -> None:
     ]
     cause = failures.environment_cause(lines)
     assert cause is not None and cause.kind == failures.DNS and "--ca-cert" not in cause.fix
+    # the base could not be pulled: the line names the way to see the main job work here
+    assert cause.base_pull and "nox -s acceptance" in cause.fix and "pinned base image" in cause.what
+
+
+def test_a_step_that_cannot_reach_pypi_is_not_a_base_pull() -> None:
+    cause = failures.environment_cause(_sample("pip-dns.txt"))
+    assert cause is not None and not cause.base_pull and "acceptance" not in cause.fix
 
 
 # -- gates ---------------------------------------------------------------------

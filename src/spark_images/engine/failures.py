@@ -81,6 +81,14 @@ REMEDY: dict[str, tuple[str, str]] = {
 }
 
 
+# BuildKit's words when it cannot resolve a FROM image (the pinned base)
+BASE_PULL_SIGN = "failed to resolve source metadata for"
+BASE_PULL_HINT = (
+    "; a host that cannot pull the pinned base can still see the main job work: "
+    "`nox -s acceptance` builds the same lock on a local stand-in base"
+)
+
+
 @dataclass(frozen=True)
 class Cause:
     """An environment cause found in the output, with the lines that show it."""
@@ -88,14 +96,16 @@ class Cause:
     kind: str  # TLS, TLS_ENGINE, DNS, PROXY or NETWORK
     line: str  # the line carrying the sign, as BuildKit printed it
     error_line: str = ""  # the step's own ERROR line, when another line carries the sign
+    base_pull: bool = False  # the engine could not resolve a FROM image
 
     @property
     def what(self) -> str:
-        return REMEDY[self.kind][0]
+        what = REMEDY[self.kind][0]
+        return f"{what} (the pinned base image could not be pulled)" if self.base_pull else what
 
     @property
     def fix(self) -> str:
-        return REMEDY[self.kind][1]
+        return REMEDY[self.kind][1] + (BASE_PULL_HINT if self.base_pull else "")
 
     def quote(self) -> str:
         quoted = f"`{short(self.line, 400)}`"
@@ -143,7 +153,8 @@ def environment_cause(lines: Sequence[str]) -> Cause | None:
         line = (steps or hits)[0]
         if kind == TLS and not steps:
             kind = TLS_ENGINE
-        return Cause(kind, line, "" if line in step_errors else last_error)
+        base_pull = not steps and BASE_PULL_SIGN in line.lower()
+        return Cause(kind, line, "" if line in step_errors else last_error, base_pull)
     return None
 
 
@@ -156,3 +167,26 @@ def error_summary(lines: Sequence[str]) -> str:
     if not picked:
         picked = stripped[-5:]
     return " | ".join(short(line, 400) for line in picked)[-2000:] or "buildx failed without a message"
+
+
+_NO_DIST = re.compile(r"No matching distribution found for (\S+)")
+_STEP_ID = re.compile(r"^#(\d+) ")
+
+
+def lock_entry_without_wheel(lines: Sequence[str]) -> str | None:
+    """The lock entry the native installer stage found no linux/arm64 wheel for, or None.
+
+    The installer runs pip with --only-binary=:all:, so an entry that PyPI serves
+    only as an sdist (or without an aarch64 wheel) ends in pip's `No matching
+    distribution found for NAME==V` inside a step of the `installer` stage.
+    """
+    installer_steps = set()
+    for raw in lines:
+        line = raw.strip()
+        step = _STEP_ID.match(line)
+        if step and "[installer " in line.split("]", 1)[0]:
+            installer_steps.add(step.group(1))
+        hit = _NO_DIST.search(line)
+        if hit and step and step.group(1) in installer_steps:
+            return hit.group(1)
+    return None

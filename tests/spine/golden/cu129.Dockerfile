@@ -98,16 +98,19 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
     if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
     pip install -c /tmp/spark/constraints.txt /tmp/spark/dist/vllm-*.whl \
     && rm -rf /tmp/spark/dist
-# Every installed distribution has what it requires (the lock installs with
-# --no-deps, so nothing else would notice a missing or conflicting package),
-# and the installed vLLM is the pinned commit (its _version.py records it).
-RUN pip check \
+# The checks run on arm64 (emulated on another host): every installed
+# distribution has what it requires (the lock installs with --no-deps, so
+# nothing else would notice a missing or conflicting package), the installed
+# vLLM is the pinned commit (its _version.py records it), and it imports.
+RUN { pip check > /tmp/pip-check.txt || python -c 'import importlib.metadata as m, re, sys; lines = open(sys.argv[1]).read().splitlines(); tags = lambda n: [t for t in (m.distribution(n).read_text("WHEEL") or "").splitlines() if t.startswith("Tag:")]; ok = lambda line: (hit := re.fullmatch(r"(\S+) \S+ is not supported on this platform", line)) is not None and bool(tags(hit[1])) and all(t.endswith("_sbsa") for t in tags(hit[1])); [print("pip check:", line, "(its WHEEL names sbsa, NVIDIA server aarch64: accepted)") for line in lines if ok(line)]; sys.exit(chr(10).join(line for line in lines if not ok(line)) or None)' /tmp/pip-check.txt; } \
+    && rm -f /tmp/pip-check.txt \
     && python -c 'import importlib.util, pathlib, sys; t = pathlib.Path(importlib.util.find_spec("vllm").origin).with_name("_version.py").read_text(); sys.exit(0 if sys.argv[1] in t else "vllm/_version.py does not name commit " + sys.argv[2])' \
-        g98dff2a81 98dff2a81d747d1dba01a47f939f48c3526d4206
+        g98dff2a81 98dff2a81d747d1dba01a47f939f48c3526d4206 \
+    && python -c 'import vllm'
 ENV TORCH_CUDA_ARCH_LIST="12.1a" \
     TRITON_PTXAS_PATH="/usr/local/cuda/bin/ptxas"
 # Triton's bundled ptxas can predate sm_121a: use the image's CUDA ptxas.
-RUN test -x "$TRITON_PTXAS_PATH"
+RUN test -x "$TRITON_PTXAS_PATH" && "$TRITON_PTXAS_PATH" --version
 COPY plan.json /opt/spark-images/plan.json
 ARG IMAGE_CREATED=""
 # Labels come from the plan alone (fixes.required, patches, pins): what the

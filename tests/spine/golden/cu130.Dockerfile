@@ -4,6 +4,108 @@
 # Build: docker buildx build --platform linux/arm64 [--secret id=cacert,src=CA_BUNDLE.pem] .
 # The optional cacert secret is trusted by every download of the build and never lands in a layer.
 
+########## installer: every locked wheel for linux/arm64, unpacked on the build host ##########
+# The same digest-pinned base, in its variant for the build host's platform
+# (nvidia/cuda images are multi-arch): one pin covers both, and on an arm64
+# host this stage is the arm64 base itself. Only its Python and pip are used;
+# nothing of this stage but the unpacked wheels reaches the image.
+FROM --platform=$BUILDPLATFORM nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:5dc1bca23d05bd37b011be68ec470c03b403a5da07ec3a86e41af9470e9d0cc6 AS installer
+ARG SOURCE_DATE_EPOCH
+SHELL ["/bin/bash", "-o", "pipefail", "-euc"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    LANG=C.UTF-8 \
+    LC_ALL=C.UTF-8 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+# Any Python 3 with venv can unpack wheels for another platform; a base without
+# one gets it from its own distribution.
+RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
+    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
+    python3 -m venv /opt/installer 2>/dev/null || { \
+        rm -rf /opt/installer \
+        && apt-get ${APT_CA:+-o Acquire::https::CAInfo=$APT_CA} update -q \
+        && apt-get ${APT_CA:+-o Acquire::https::CAInfo=$APT_CA} install -y -q --no-install-recommends ca-certificates python3 python3-venv \
+        && rm -rf /var/lib/apt/lists/* \
+        && python3 -m venv /opt/installer; }
+COPY requirements.lock /tmp/spark/requirements.lock
+# Every wheel is checked against the lock's sha256; pip checks Requires-Python
+# against the interpreter it runs on, not --python-version, hence
+# --ignore-requires-python. A lock entry with no wheel for linux/arm64
+# (an sdist only) stops here with pip's line naming it. Console scripts get
+# the image's interpreter; no .pyc is written (--no-compile).
+RUN --mount=type=cache,id=spark-images-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
+    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
+    /opt/installer/bin/pip install --require-hashes --no-deps --only-binary=:all: --ignore-requires-python --no-compile \
+        --implementation cp --python-version 3.12 \
+        --platform manylinux_2_17_aarch64 \
+        --platform manylinux_2_18_aarch64 \
+        --platform manylinux_2_19_aarch64 \
+        --platform manylinux_2_20_aarch64 \
+        --platform manylinux_2_21_aarch64 \
+        --platform manylinux_2_22_aarch64 \
+        --platform manylinux_2_23_aarch64 \
+        --platform manylinux_2_24_aarch64 \
+        --platform manylinux_2_25_aarch64 \
+        --platform manylinux_2_26_aarch64 \
+        --platform manylinux_2_27_aarch64 \
+        --platform manylinux_2_28_aarch64 \
+        --platform manylinux_2_29_aarch64 \
+        --platform manylinux_2_30_aarch64 \
+        --platform manylinux_2_31_aarch64 \
+        --platform manylinux_2_32_aarch64 \
+        --platform manylinux_2_33_aarch64 \
+        --platform manylinux_2_34_aarch64 \
+        --platform manylinux_2_35_aarch64 \
+        --platform manylinux_2_36_aarch64 \
+        --platform manylinux_2_37_aarch64 \
+        --platform manylinux_2_38_aarch64 \
+        --platform manylinux_2_39_aarch64 \
+        --platform manylinux2014_aarch64 --platform linux_aarch64 --platform any \
+        --target /opt/spark/deps/site -r /tmp/spark/requirements.lock \
+    && mkdir -p /opt/spark/deps/bin \
+    && if [ -d /opt/spark/deps/site/bin ]; then find /opt/spark/deps/site/bin -mindepth 1 -maxdepth 1 -exec mv -t /opt/spark/deps/bin {} + && rmdir /opt/spark/deps/site/bin; fi \
+    && for script in /opt/spark/deps/bin/*; do \
+        if [ -f "$script" ] && [ "$(head -c 2 "$script")" = '#!' ]; then sed -i '1s|^#!.*python[0-9.]*$|#!/opt/venv/bin/python|' "$script"; fi; \
+    done
+RUN mkdir -p /tmp/spark \
+    && printf '%s\n' 'vllm @ https://files.pythonhosted.org/packages/b3/dc/de2ca88cfb6539c987bc4f6a69887deaa53eb5c4fd483e0923ca00ebd60a/vllm-0.29.0-cp38-abi3-manylinux_2_28_aarch64.whl --hash=sha256:e6b0dfc2b6fd307315e9b34b73cd2bfe7b6b08958eda721828e61732bba426b0' > /tmp/spark/vllm-wheel.txt
+RUN --mount=type=cache,id=spark-images-pip,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
+    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
+    /opt/installer/bin/pip install --require-hashes --no-deps --only-binary=:all: --ignore-requires-python --no-compile \
+        --implementation cp --python-version 3.12 \
+        --platform manylinux_2_17_aarch64 \
+        --platform manylinux_2_18_aarch64 \
+        --platform manylinux_2_19_aarch64 \
+        --platform manylinux_2_20_aarch64 \
+        --platform manylinux_2_21_aarch64 \
+        --platform manylinux_2_22_aarch64 \
+        --platform manylinux_2_23_aarch64 \
+        --platform manylinux_2_24_aarch64 \
+        --platform manylinux_2_25_aarch64 \
+        --platform manylinux_2_26_aarch64 \
+        --platform manylinux_2_27_aarch64 \
+        --platform manylinux_2_28_aarch64 \
+        --platform manylinux_2_29_aarch64 \
+        --platform manylinux_2_30_aarch64 \
+        --platform manylinux_2_31_aarch64 \
+        --platform manylinux_2_32_aarch64 \
+        --platform manylinux_2_33_aarch64 \
+        --platform manylinux_2_34_aarch64 \
+        --platform manylinux_2_35_aarch64 \
+        --platform manylinux_2_36_aarch64 \
+        --platform manylinux_2_37_aarch64 \
+        --platform manylinux_2_38_aarch64 \
+        --platform manylinux_2_39_aarch64 \
+        --platform manylinux2014_aarch64 --platform linux_aarch64 --platform any \
+        --target /opt/spark/vllm/site -r /tmp/spark/vllm-wheel.txt \
+    && mkdir -p /opt/spark/vllm/bin \
+    && if [ -d /opt/spark/vllm/site/bin ]; then find /opt/spark/vllm/site/bin -mindepth 1 -maxdepth 1 -exec mv -t /opt/spark/vllm/bin {} + && rmdir /opt/spark/vllm/site/bin; fi \
+    && for script in /opt/spark/vllm/bin/*; do \
+        if [ -f "$script" ] && [ "$(head -c 2 "$script")" = '#!' ]; then sed -i '1s|^#!.*python[0-9.]*$|#!/opt/venv/bin/python|' "$script"; fi; \
+    done
+
 ########## toolchain: the digest-pinned CUDA devel base, a Python venv, nvcc checked ##########
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:5dc1bca23d05bd37b011be68ec470c03b403a5da07ec3a86e41af9470e9d0cc6 AS toolchain
 # Declared in every stage so RUN steps see it: pip and Python then write hash-based
@@ -43,31 +145,29 @@ RUN test -x "$CUDA_HOME/bin/nvcc" || { echo "no nvcc at $CUDA_HOME/bin: the base
 ########## deps: torch, FlashInfer and CUTLASS DSL at the profile's pins ##########
 FROM toolchain AS deps
 ARG SOURCE_DATE_EPOCH
-COPY requirements.lock /tmp/spark/requirements.lock
-RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
-    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
-    pip install --require-hashes --no-deps -r /tmp/spark/requirements.lock
+# Unpacked natively by the installer stage: copied, not installed, here.
+COPY --from=installer /opt/spark/deps/site/ /opt/venv/lib/python3.12/site-packages/
+COPY --from=installer /opt/spark/deps/bin/ /opt/venv/bin/
 
 ########## runtime: the devel base (nvcc for FlashInfer JIT) with vLLM installed ##########
 FROM deps AS runtime
 ARG SOURCE_DATE_EPOCH
-# The vLLM wheel is installed by its sha256; its requirements came from the lock.
-RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
-    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
-    mkdir -p /tmp/spark \
-    && printf '%s\n' 'vllm @ https://files.pythonhosted.org/packages/b3/dc/de2ca88cfb6539c987bc4f6a69887deaa53eb5c4fd483e0923ca00ebd60a/vllm-0.29.0-cp38-abi3-manylinux_2_28_aarch64.whl --hash=sha256:e6b0dfc2b6fd307315e9b34b73cd2bfe7b6b08958eda721828e61732bba426b0' > /tmp/spark/vllm-wheel.txt \
-    && pip install --no-deps --require-hashes -r /tmp/spark/vllm-wheel.txt \
-    && rm -f /tmp/spark/vllm-wheel.txt
-# Every installed distribution has what it requires (the lock installs with
-# --no-deps, so nothing else would notice a missing or conflicting package),
-# and the installed vLLM is the pinned commit (its _version.py records it).
-RUN pip check \
+# The vLLM wheel, unpacked natively by its sha256; its requirements came from the lock.
+COPY --from=installer /opt/spark/vllm/site/ /opt/venv/lib/python3.12/site-packages/
+COPY --from=installer /opt/spark/vllm/bin/ /opt/venv/bin/
+# The checks run on arm64 (emulated on another host): every installed
+# distribution has what it requires (the lock installs with --no-deps, so
+# nothing else would notice a missing or conflicting package), the installed
+# vLLM is the pinned commit (its _version.py records it), and it imports.
+RUN { pip check > /tmp/pip-check.txt || python -c 'import importlib.metadata as m, re, sys; lines = open(sys.argv[1]).read().splitlines(); tags = lambda n: [t for t in (m.distribution(n).read_text("WHEEL") or "").splitlines() if t.startswith("Tag:")]; ok = lambda line: (hit := re.fullmatch(r"(\S+) \S+ is not supported on this platform", line)) is not None and bool(tags(hit[1])) and all(t.endswith("_sbsa") for t in tags(hit[1])); [print("pip check:", line, "(its WHEEL names sbsa, NVIDIA server aarch64: accepted)") for line in lines if ok(line)]; sys.exit(chr(10).join(line for line in lines if not ok(line)) or None)' /tmp/pip-check.txt; } \
+    && rm -f /tmp/pip-check.txt \
     && python -c 'import importlib.util, pathlib, sys; t = pathlib.Path(importlib.util.find_spec("vllm").origin).with_name("_version.py").read_text(); sys.exit(0 if sys.argv[1] in t else "vllm/_version.py does not name commit " + sys.argv[2])' \
-        g98dff2a81 98dff2a81d747d1dba01a47f939f48c3526d4206
+        g98dff2a81 98dff2a81d747d1dba01a47f939f48c3526d4206 \
+    && python -c 'import vllm'
 ENV TORCH_CUDA_ARCH_LIST="12.0f" \
     TRITON_PTXAS_PATH="/usr/local/cuda/bin/ptxas"
 # Triton's bundled ptxas can predate sm_121a: use the image's CUDA ptxas.
-RUN test -x "$TRITON_PTXAS_PATH"
+RUN test -x "$TRITON_PTXAS_PATH" && "$TRITON_PTXAS_PATH" --version
 COPY plan.json /opt/spark-images/plan.json
 ARG IMAGE_CREATED=""
 # Labels come from the plan alone (fixes.required, patches, pins): what the
