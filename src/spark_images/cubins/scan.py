@@ -157,7 +157,7 @@ def _scan(
                 lib.add_kernels(info.kernels, info.target)
             continue
         if not result.fatbins and not result.problems and not result.warnings:
-            if single_file and not member.data.startswith(b"\x7fELF"):
+            if single_file and member.data[:4] != b"\x7fELF":
                 # named explicitly, so say it could not be read as a library
                 unreadable.append({"path": member.path, "error": "not an ELF file (no library or cubin)"})
             continue  # a host library without device code
