@@ -16,6 +16,7 @@ from spark_images import artifacts
 from spark_images.cubins import elf
 from spark_images.cubins import verdict as v
 from spark_images.cubins.fatbin import (
+    EMBEDDED,
     Budget,
     Buffer,
     Fatbin,
@@ -161,9 +162,10 @@ def _scan(
                 # named explicitly, so say it could not be read as a library
                 unreadable.append({"path": member.path, "error": "not an ELF file (no library or cubin)"})
             continue  # a host library without device code
-        stubs = frozenset(fb.offset for fb in result.fatbins if is_link_stub(member.data, fb))
+        counted = [fb for fb in result.fatbins if fb.section != EMBEDDED]  # embedded ones are listed apart
+        stubs = frozenset(fb.offset for fb in counted if is_link_stub(member.data, fb))
         budget = Budget()
-        rejected = unproven_entries(member.data, result.fatbins, stubs, the_gpu, budget)
+        rejected = unproven_entries(member.data, counted, stubs, the_gpu, budget)
         lib = library_from_scan(member.path, result, the_gpu, stubs, rejected)
         if result.problems or rejected:
             reasons = [*result.problems, *rejected.values()]
@@ -172,7 +174,7 @@ def _scan(
         warnings.extend({"path": member.path, "warning": w} for w in result.warnings)
         if kernels:
             try:
-                _add_kernels(lib, member.data, result.fatbins, budget, rejected)
+                _add_kernels(lib, member.data, counted, budget, rejected)
             except (elf.ElfError, struct.error) as exc:
                 lib.problems.append(f"kernel listing failed ({exc})")
         libraries.append(lib)
