@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from spark_images.buildline.resolve import resolve_profile
 
 PROFILES = sorted((Path(__file__).resolve().parents[2] / "profiles").glob("*.yaml"))

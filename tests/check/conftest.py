@@ -72,31 +72,39 @@ def fetch_wheel(name: str, version: str, platform: str = "any") -> Path:
     """The PyPI wheel `name==version` for `platform` (any / aarch64), cached and sha256-checked."""
     if platform != "any":  # the project's own cache (shared with the cubin tests)
         return pypi.download(pypi.resolve(f"{name}=={version}"))
+    return fetch_file(name, lambda filename: filename.endswith("-py3-none-any.whl") and filename.split("-")[1] == version)
+
+
+def fetch_file(name: str, wanted: str | Callable[[str], bool]) -> Path:
+    """The file of project `name` on PyPI called `wanted` (or the first the predicate accepts),
+    cached under the test cache and sha256-checked against the index."""
     resp = requests.get(
         f"{pypi.index_url()}/{pypi.normalize(name)}/", headers={"Accept": pypi.SIMPLE_JSON}, timeout=60
     )
     resp.raise_for_status()
-    with cache_lock(f"wheel-{pypi.normalize(name)}-{version}"):  # one writer of the .part file
+    accepts = wanted if callable(wanted) else wanted.__eq__
+    with cache_lock(f"wheel-{pypi.normalize(name)}-{wanted if isinstance(wanted, str) else 'any'}"):  # one writer of the .part file
         for item in resp.json()["files"]:
             filename = item["filename"]
-            if filename.endswith("-py3-none-any.whl") and filename.split("-")[1] == version:
-                sha = item["hashes"]["sha256"]
-                dest = WHEELS / filename
-                if dest.is_file() and _sha256(dest) == sha:
-                    return dest
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_suffix(".part")
-                digest = hashlib.sha256()
-                with requests.get(item["url"], stream=True, timeout=(15, 600)) as r, tmp.open("wb") as out:
-                    r.raise_for_status()
-                    for chunk in r.iter_content(1 << 20):
-                        out.write(chunk)
-                        digest.update(chunk)
-                if digest.hexdigest() != sha:
-                    pytest.fail(f"{filename}: sha256 mismatch")
-                tmp.replace(dest)
+            if not accepts(filename):
+                continue
+            sha = item["hashes"]["sha256"]
+            dest = WHEELS / filename
+            if dest.is_file() and _sha256(dest) == sha:
                 return dest
-    pytest.fail(f"no py3-none-any wheel of {name}=={version} on PyPI")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_suffix(".part")
+            digest = hashlib.sha256()
+            with requests.get(item["url"], stream=True, timeout=(15, 600)) as r, tmp.open("wb") as out:
+                r.raise_for_status()
+                for chunk in r.iter_content(1 << 20):
+                    out.write(chunk)
+                    digest.update(chunk)
+            if digest.hexdigest() != sha:
+                pytest.fail(f"{filename}: sha256 mismatch")
+            tmp.replace(dest)
+            return dest
+    pytest.fail(f"no file {wanted if isinstance(wanted, str) else ''} of {name} on PyPI")
 
 
 def _sha256(path: Path) -> str:

@@ -109,7 +109,8 @@ def test_every_image_rule_is_in_the_one_table() -> None:
     # the rules `check` applies are exactly the table's image-scope rules
     assert set(rules.IMPACT) == set(toolchain.rules_for("image"))
     assert {"flashinfer-mismatch", "known-bad-pin", "no-nvcc-for-jit", "triton-ptxas-too-old", "removed-env-var",
-            "torch-cuda-major-mismatch", "cuda-too-old", "cuda-mixed-toolkits", "no-native-moe-kernels"} <= set(rules.IMPACT)  # fmt: skip
+            "torch-cuda-major-mismatch", "cuda-too-old", "cuda-mixed-toolkits", "no-native-moe-kernels",
+            "torch-no-cuda", "torch-no-gpu-code", "vllm-no-native-main"} <= set(rules.IMPACT)  # fmt: skip
 
 
 def test_flashinfer_mismatch_and_old_cuda() -> None:
@@ -136,23 +137,47 @@ def test_library_reasons_and_verdict() -> None:
         f"{SITE}/vllm-0.30.0.dist-info/METADATA": metadata("vllm", "0.30.0"),
         f"{SITE}/vllm/_version.py": b"__version__ = version = '0.30.0'\n__commit_id__ = commit_id = 'g0123456789'\n",
         f"{SITE}/torch-2.10.0.dist-info/METADATA": metadata("torch", "2.10.0"),
+        f"{SITE}/torch/version.py": b"__version__ = '2.10.0+cu130'\ncuda: Optional[str] = '13.0'\n",
     })  # fmt: skip
     assert inv.vllm_commit == "0123456789"
+    torch_lib = _lib(f"{SITE}/torch/lib/libtorch_cuda.so", 5, 0, 0, ["sm_120"], [])
     ok = [_lib(f"{SITE}/vllm/_C.abi3.so", 3, 0, 1, ["sm_90", "sm_120f"], []),
-          _lib(f"{SITE}/vllm/_moe_C.abi3.so", 2, 0, 0, ["sm_120f"], [])]  # fmt: skip
+          _lib(f"{SITE}/vllm/_moe_C.abi3.so", 2, 0, 0, ["sm_120f"], []), torch_lib]  # fmt: skip
     assert reason_keys(inv, ok) == {} and decide(rules.apply(inv, ok, {}, "sm_121")) == "ready"
     jit = [_lib(f"{SITE}/vllm/_C.abi3.so", 0, 4, 0, ["sm_90"], ["compute_90"]),
            _lib(f"{SITE}/vllm/_moe_C.abi3.so", 0, 0, 2, ["sm_90"], []),
-           _lib(f"{SITE}/vllm/_vllm_fa3_C.abi3.so", 0, 0, 9, ["sm_90a"], [])]  # fmt: skip
+           _lib(f"{SITE}/vllm/_vllm_fa3_C.abi3.so", 0, 0, 9, ["sm_90a"], []), torch_lib]  # fmt: skip
     found = reason_keys(inv, jit)
-    assert set(found) == {"library:vllm/_C.abi3.so", "no-native-moe-kernels:vllm/_moe_C.abi3.so"}
-    assert found["library:vllm/_C.abi3.so"].impact == "degraded"
-    assert decide(list(found.values())) == "degraded"
-    gone = [_lib(f"{SITE}/vllm/_C.abi3.so", 0, 0, 4, ["sm_90"], [])]
+    # a main library without native code is an essential fact missing, JIT-only or not
+    assert set(found) == {"vllm-no-native-main:vllm/_C.abi3.so", "no-native-moe-kernels:vllm/_moe_C.abi3.so"}
+    assert found["vllm-no-native-main:vllm/_C.abi3.so"].impact == "broken"
+    assert decide(list(found.values())) == "broken"
+    gone = [_lib(f"{SITE}/vllm/_C.abi3.so", 0, 0, 4, ["sm_90"], []), torch_lib]
     assert decide(rules.apply(inv, gone, {}, "sm_121")) == "broken"
+    moe_only = [_lib(f"{SITE}/vllm/_moe_C.abi3.so", 2, 0, 0, ["sm_120f"], []), torch_lib]
+    assert "vllm-no-native-main:vllm/_C*.so" in reason_keys(inv, moe_only)
     failing = {"status": "failed", "failing": [{"pr": 40082, "state": "absent", "title": "fix"}]}
     fix = rules.apply(inv, ok, failing, "sm_121")
     assert [r.subject for r in fix] == ["#40082"] and decide(fix) == "degraded"
+
+
+def test_a_cpu_only_torch_is_broken_naming_torch() -> None:
+    files = {
+        f"{SITE}/torch-2.14.0.dist-info/METADATA": metadata("torch", "2.14.0"),
+        f"{SITE}/torch/version.py": b"__version__ = '2.14.0+cpu'\ncuda: Optional[str] = None\n",
+    }
+    torch_lib = _lib(f"{SITE}/torch/lib/libtorch_cuda.so", 4, 0, 0, ["sm_120"], [])
+    found = reason_keys(collect(files), [torch_lib])
+    assert found["torch-no-cuda:torch"].impact == "broken" and "torch.version.cuda is None" in found["torch-no-cuda:torch"].message
+    assert "torch-no-gpu-code:torch" not in found  # the library is there with native code
+    files[f"{SITE}/torch/version.py"] = b"__version__ = '2.14.0+cu130'\ncuda: Optional[str] = '13.0'\n"
+    found = reason_keys(collect(files), [])
+    assert set(found) - {"library:vllm"} == {"torch-no-gpu-code:torch"} and found["torch-no-gpu-code:torch"].impact == "broken"
+    hopper = _lib(f"{SITE}/torch/lib/libtorch_cuda.so", 0, 0, 3, ["sm_90"], [])
+    assert "no code for it (missing" in reason_keys(collect(files), [hopper])["torch-no-gpu-code:torch"].message
+    ptx = _lib(f"{SITE}/torch/lib/libtorch_cuda.so", 0, 3, 0, [], ["compute_90"])
+    # PTX runs after a JIT: a library line, not an essential fact missing
+    assert set(reason_keys(collect(files), [ptx])) - {"library:vllm"} == {"library:torch/lib/libtorch_cuda.so"}
 
 
 def test_a_site_packages_directory_is_a_target(tmp_path: Path) -> None:

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 _SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
 SPOOL_OVER = 64 << 20  # members above this come as a mapping of a spooled file, not bytes
-GPU_LIBRARY_KEYS = ("path", "kind", "fatbins", "native", "jit_only", "missing", "sass", "ptx", "verdict", "link_stubs", "unreadable",
-                    "kernel_classes")
+GPU_LIBRARY_KEYS = ("path", "kind", "fatbins", "native", "jit_only", "missing", "sass", "ptx", "verdict", "link_stubs", "embedded",
+                    "unreadable", "kernel_classes")
 
 
 def is_device_code_candidate(path: str) -> bool:

@@ -76,6 +76,8 @@ def render_check_text(doc: dict[str, Any], *, libraries: int = 12) -> str:
         f"device code: {s['libraries']} libraries, {s['native']} of {s['fatbins']} fatbins native, "
         f"{s['jit_only']} JIT-only, {s['missing']} missing"
     )
+    if s.get("embedded"):
+        lines.append(f"  + {s['embedded']} fatbins embedded outside .nv_fatbin in {s['embedded_in']} files (not counted)")
     libs = doc["device_code"]["libraries"]
     for lib in libs[:libraries]:
         lines.append(_lib_row(lib, WIDTH - 24))

@@ -33,13 +33,19 @@ IMPACT: dict[str, Impact] = {
     # TORCH_CUDA_ARCH_LIST in the image steers what JIT-built extensions compile for
     "arch-no-spark-target": "degraded",
     "arch-gh200-example": "degraded",
+    # the essential facts (`_essential`): each one missing means vLLM cannot serve on the GPU
+    "torch-no-cuda": "broken",
+    "torch-no-gpu-code": "broken",
+    "vllm-no-native-main": "broken",
 }
 
 MAIN_LIBRARY = "vllm/_C*.so"
 MOE_LIBRARY = "vllm/_moe_C*.so"
 TORCH_LIBRARY = "torch/lib/libtorch_cuda*.so"
-# the libraries whose lack of any sm_121 code stops vLLM from serving at all
+# the libraries the essential-fact rules judge (`_essential`), not the per-library lines
 ESSENTIAL = (MAIN_LIBRARY, TORCH_LIBRARY)
+# cubin verdicts of a library with code that runs on the GPU (natively or after a PTX JIT)
+RUNS = ("native", "partial", "jit-only")
 
 
 @dataclass(frozen=True)
@@ -219,6 +225,39 @@ def _moe(inv: Inventory, libs: Sequence[dict[str, Any]]) -> Iterator[Reason]:
             yield from_rule("no-native-moe-kernels", site_relative(doc["path"]), library=site_relative(doc["path"]), what=what)
 
 
+def _essential(inv: Inventory, libs: Sequence[dict[str, Any]], gpu: str) -> Iterator[Reason]:
+    """The facts without which vLLM cannot serve on `gpu`, each proven from the files or named.
+
+    A CUDA torch: torch/version.py sets `cuda`, and libtorch_cuda carries code that
+    runs on the GPU (the CUDA major is `torch-cuda-major-mismatch`). vLLM's main
+    library with native code. Packages that are not installed at all are the
+    library lines of `library_reasons`.
+    """
+    torch = inv.version_of("torch")
+    if torch:
+        where = "torch/version.py" if inv.torch_version else "no torch/version.py"
+        if not inv.torch_cuda:
+            yield from_rule("torch-no-cuda", "torch", torch=torch, cuda="None" if inv.torch_version else "unknown",
+                            where=where)  # fmt: skip
+        found = [doc for doc in libs if matches(TORCH_LIBRARY, doc["path"])]
+        if not found:
+            what = f"no {TORCH_LIBRARY} with device code"
+            yield from_rule("torch-no-gpu-code", "torch", torch=torch, what=what, gpu=gpu)
+        elif not any(doc.get("verdict") in RUNS for doc in found):
+            what = "; ".join(f"{site_relative(d['path'])} has no code for it ({d.get('verdict')}: {library_counts(d)})"
+                             for d in found)  # fmt: skip
+            yield from_rule("torch-no-gpu-code", "torch", torch=torch, what=what, gpu=gpu)
+    if inv.version_of("vllm"):
+        main = [doc for doc in libs if matches(MAIN_LIBRARY, doc["path"])]
+        if not main:
+            yield from_rule("vllm-no-native-main", MAIN_LIBRARY, what=f"{MAIN_LIBRARY}: no such library with device code",
+                            gpu=gpu)  # fmt: skip
+        elif not any(doc.get("native") for doc in main):
+            what = "; ".join(f"{site_relative(d['path'])}: no native {gpu} code ({d.get('verdict')}: {library_counts(d)})"
+                             for d in main)  # fmt: skip
+            yield from_rule("vllm-no-native-main", site_relative(main[0]["path"]), what=what, gpu=gpu)
+
+
 def _arch_env(inv: Inventory, _libs: Sequence[dict[str, Any]]) -> Iterator[Reason]:
     arch = inv.config.get_env("TORCH_CUDA_ARCH_LIST") if inv.config else None
     if not arch:
@@ -263,19 +302,18 @@ def library_reasons(inv: Inventory, libs: Sequence[dict[str, Any]], gpu: str) ->
         yield Reason("degraded", "", "vllm", "vllm: no vllm/_version.py, so the commit (and its fixes) is unknown")
     if not inv.version_of("torch"):
         yield Reason("broken", "", "torch", "torch: not installed, so vLLM cannot start")
-    if inv.version_of("vllm") and not any(matches(MAIN_LIBRARY, d["path"]) for d in libs):
-        yield Reason("broken", "", MAIN_LIBRARY, f"{MAIN_LIBRARY}: no such library with device code")
     for doc in libs:
         rel = site_relative(doc["path"])
         if doc.get("native") or matches(MOE_LIBRARY, doc["path"]):
             continue  # some native code (partial is normal: Hopper-only kernels) / rule above
-        essential = any(fnmatch.fnmatchcase(rel, p) for p in ESSENTIAL)
         verdict = doc.get("verdict", "")
-        if verdict == "no-gpu-code" or built_for_other_gpus(doc, gpu):
-            continue
-        impact: Impact = "broken" if essential and verdict == "missing" else "degraded"
+        essential = any(fnmatch.fnmatchcase(rel, p) for p in ESSENTIAL)
+        if verdict == "no-gpu-code" or built_for_other_gpus(doc, gpu) or (essential and verdict != "jit-only"):
+            continue  # nothing for any GPU / by design for another / judged by `_essential`
+        if matches(MAIN_LIBRARY, doc["path"]):
+            continue  # a JIT-only main library is `vllm-no-native-main`
         how = "kernels JIT-compile from PTX at start" if verdict == "jit-only" else "its kernels cannot run"
-        yield Reason(impact, "", rel, f"{rel}: no native {gpu} code ({verdict}: {library_counts(doc)}); {how}")
+        yield Reason("degraded", "", rel, f"{rel}: no native {gpu} code ({verdict}: {library_counts(doc)}); {how}")
 
 
 def fix_reasons(audit: dict[str, Any]) -> Iterator[Reason]:
@@ -290,6 +328,7 @@ def fix_reasons(audit: dict[str, Any]) -> Iterator[Reason]:
 def apply(inv: Inventory, libs: Sequence[dict[str, Any]], audit: dict[str, Any], gpu: str) -> list[Reason]:
     """Every reason, broken first, in rule order within each impact."""
     reasons = [r for check in RULE_CHECKS for r in check(inv, libs)]
+    reasons.extend(_essential(inv, libs, gpu))
     reasons.extend(library_reasons(inv, libs, gpu))
     reasons.extend(fix_reasons(audit))
     order = {"broken": 0, "degraded": 1}

@@ -44,6 +44,9 @@ class CheckResult:
         for lib in self.libraries:
             for key in ("fatbins", "native", "jit_only", "missing"):
                 total[key] += int(lib.get(key, 0))
+        # fatbins outside the fatbin sections (CUPTI's): counted apart, in how many files
+        total["embedded"] = sum(int(lib.get("embedded", 0)) for lib in self.libraries)
+        total["embedded_in"] = sum(1 for lib in self.libraries if lib.get("embedded"))
         return total
 
     def to_json(self) -> dict[str, Any]:

@@ -32,6 +32,9 @@ ENTRY_MIN_HEADER = 0x40
 ENTRY_MAX_HEADER = 0x1000
 ENTRY_MARKER = 0x0101
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
+# fatbins found by magic outside those sections (CUPTI keeps its own in .rodata-like data):
+# reported apart, never counted in a library's verdict
+EMBEDDED = "embedded"
 
 KIND_PTX = 1
 KIND_CUBIN = 2
@@ -403,9 +406,14 @@ def scan_binary(data: Buffer) -> BinaryScan:
         secs = None
     if secs:
         found: list[Fatbin] = []
+        spans = sorted((sec.offset, sec.offset + sec.size) for sec in secs
+                       if sec.name in FATBIN_SECTIONS and sec.type != elf.SHT_NOBITS)  # fmt: skip
         for sec in secs:
             if sec.name in FATBIN_SECTIONS and sec.type != elf.SHT_NOBITS:
                 found.extend(iter_fatbins(view, sec.offset, sec.offset + sec.size, sec.name))
+        # the rest of the file, searched by magic: a fatbin anywhere else is seen too
+        for lo, hi in _gaps(spans, len(data)):
+            found.extend(iter_fatbins(view, lo, hi, EMBEDDED))
         fatbins = tuple(found)
     else:
         # no section headers (stripped, or untrusted): accept consistent magic hits only
@@ -414,5 +422,17 @@ def scan_binary(data: Buffer) -> BinaryScan:
     return BinaryScan(kind="elf", fatbins=fatbins, problems=tuple(problems), warnings=tuple(warnings))
 
 
+def _gaps(spans: list[tuple[int, int]], size: int) -> Iterator[tuple[int, int]]:
+    """The parts of [0, size) outside the sorted `spans`."""
+    pos = 0
+    for lo, hi in spans:
+        if lo > pos:
+            yield pos, lo
+        pos = max(pos, hi)
+    if pos < size:
+        yield pos, size
+
+
 def _fatbin_problems(fatbins: tuple[Fatbin, ...]) -> tuple[str, ...]:
-    return tuple(f.problem for f in fatbins if f.problem)
+    # an embedded hit that runs past its region is listed with its problem, not an unreadable file
+    return tuple(f.problem for f in fatbins if f.problem and f.section != EMBEDDED)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spark_images.cubins import verdict as v
-from spark_images.cubins.fatbin import BinaryScan, Entry
+from spark_images.cubins.fatbin import EMBEDDED, BinaryScan, Entry
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,9 @@ class Library:
     # fatbins whose (small) cubins hold no kernel: CUDA 13's device-link stub, or units
     # with no __global__ function; nothing there can be launched, so they are not counted
     link_stubs: int = 0
+    # fatbins found by magic outside .nv_fatbin/__nv_relfatbin (CUPTI embeds its own): seen and
+    # listed, but not counted, since no CUDA loader registers them for this library's launches
+    embedded: list[Unit] = field(default_factory=list)
 
     @property
     def counts(self) -> v.Counts:
@@ -93,9 +96,12 @@ class Library:
             "ptx": self.targets("ptx"),
             "verdict": self.verdict,
             "link_stubs": self.link_stubs,
+            "embedded": len(self.embedded),
             # per translation unit: where a per-library target list hides a gap
             "units": [unit.to_json() for unit in self.units],
         }
+        if self.embedded:
+            doc["embedded_units"] = [unit.to_json() for unit in self.embedded]
         if self.problems:
             doc["unreadable"] = list(self.problems)
         if self.warnings:
@@ -137,6 +143,10 @@ def library_from_scan(
     lib = Library(path=path, kind=kind, problems=list(scan.problems), warnings=list(scan.warnings))
     bad = rejected or {}
     for fb in scan.fatbins:
+        if fb.section == EMBEDDED:
+            unit = unit_from_entries(f"{EMBEDDED}@{fb.offset:#x}", fb.entries, gpu)
+            lib.embedded.append(unit if not fb.problem else replace(unit, rejected=(fb.problem,)))
+            continue
         if fb.offset in stubs:
             lib.link_stubs += 1
             continue
@@ -144,6 +154,9 @@ def library_from_scan(
         mine = {i: reason for (off, i), reason in bad.items() if off == fb.offset}
         lib.problems.extend(f"{name}: {reason}" for _i, reason in sorted(mine.items()))
         lib.units.append(unit_from_entries(name, fb.entries, gpu, mine))
+    if lib.embedded:
+        first = lib.embedded[0].name
+        lib.warnings.append(f"{len(lib.embedded)} fatbin(s) embedded outside .nv_fatbin (first: {first}): listed apart, not counted")
     return lib
 
 
@@ -231,6 +244,9 @@ class CubinReport:
                 "native": counts.native,
                 "jit_only": counts.jit_only,
                 "missing": counts.missing,
+                # fatbins outside the fatbin sections, counted apart (see Library.embedded)
+                "embedded": sum(len(lib.embedded) for lib in self.libraries),
+                "embedded_in": sum(1 for lib in self.libraries if lib.embedded),
             },
             "libraries": [lib.to_json(self.gpu) for lib in self.libraries],
             "required": list(self.required),

@@ -17,6 +17,7 @@ from spark_images.core.errors import UsageError
 from spark_images.cubins import elf
 from spark_images.cubins import verdict as v
 from spark_images.cubins.fatbin import (
+    EMBEDDED,
     Budget,
     Buffer,
     Fatbin,
@@ -158,13 +159,14 @@ def _scan(
                 lib.add_kernels(info.kernels, info.target)
             continue
         if not result.fatbins and not result.problems and not result.warnings:
-            if single_file and not member.data.startswith(b"\x7fELF"):
+            if single_file and member.data[:4] != b"\x7fELF":
                 # named explicitly, so say it could not be read as a library
                 unreadable.append({"path": member.path, "error": "not an ELF file (no library or cubin)"})
             continue  # a host library without device code
-        stubs = frozenset(fb.offset for fb in result.fatbins if is_link_stub(member.data, fb))
+        counted = [fb for fb in result.fatbins if fb.section != EMBEDDED]  # embedded ones are listed apart
+        stubs = frozenset(fb.offset for fb in counted if is_link_stub(member.data, fb))
         budget = Budget()
-        rejected = unproven_entries(member.data, result.fatbins, stubs, the_gpu, budget)
+        rejected = unproven_entries(member.data, counted, stubs, the_gpu, budget)
         lib = library_from_scan(member.path, result, the_gpu, stubs, rejected)
         if result.problems or rejected:
             reasons = [*result.problems, *rejected.values()]
@@ -173,7 +175,7 @@ def _scan(
         warnings.extend({"path": member.path, "warning": w} for w in result.warnings)
         if kernels:
             try:
-                _add_kernels(lib, member.data, result.fatbins, budget, rejected)
+                _add_kernels(lib, member.data, counted, budget, rejected)
             except (elf.ElfError, struct.error) as exc:
                 lib.problems.append(f"kernel listing failed ({exc})")
         libraries.append(lib)
