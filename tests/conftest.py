@@ -163,6 +163,9 @@ ENGINE_STATE_FIXTURES = frozenset({
     "image_a", "image_b", "image_c", "fake_vllm_image", "standin_profile",
 })  # fmt: skip
 ENGINE_GROUP = "engine-state"
+# folders whose tests run `spark-images build` on the engine: builds of one profile share
+# local image names, so they take turns on the engine-state worker too
+ENGINE_STATE_PATHS = ("build/", "workflows/", "check/test_check_images.py")
 
 
 def kind_of(item: pytest.Item) -> str:
@@ -184,5 +187,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         kind = kind_of(item)
         if not item.get_closest_marker(kind):
             item.add_marker(kind)
-        if ENGINE_STATE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        where = item.path.relative_to(REPO_ROOT / "tests").as_posix()
+        if ENGINE_STATE_FIXTURES.intersection(getattr(item, "fixturenames", ())) or where.startswith(ENGINE_STATE_PATHS):
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
