@@ -1,10 +1,14 @@
 """`spark-images coherence IMAGE --profile P` (or `--model M`): serve, check, pick the fastest coherent backend.
 
-Three ways to reach a server: IMAGE (one container per combination),
+Four ways to reach a server: IMAGE (one container per combination),
 `--serve "vllm serve ..."` (vLLM as a child process, no Docker: a refused flag
-or config is a finding, exit 1, naming vLLM's own line) and `--endpoint URL`
+or config is a finding, exit 1, naming vLLM's own line), `--endpoint URL`
 (a server running or still loading: a refused connection is waited for until
-`--health-timeout`; nothing there in that time is exit 2).
+`--health-timeout`; nothing there in that time is exit 2) and `--cluster PLAN`
+(the head of a two-Spark cluster that `cluster up` started from that plan: the
+same probes against its endpoint, plus each node's facts, its digest and the TP
+size in the record; the gate passes only when every node ran one digest and
+every fact held).
 
 The models, backends and KV-cache dtypes come from the profile's
 `verify.coherence` settings (`spark-images plan P` shows the matrix); flags
@@ -78,6 +82,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"default {','.join(DEFAULT_KV_CACHE_DTYPES)})")  # fmt: skip
     parser.add_argument("--endpoint", metavar="URL",
                         help="check a server that is already running (no container)")  # fmt: skip
+    parser.add_argument("--cluster", type=Path, metavar="PLAN",
+                        help="gate the head endpoint of the cluster `cluster up` started from PLAN (a `cluster plan "
+                        "--json` file); the record holds each node's facts and digest and the TP size")  # fmt: skip
     parser.add_argument("--serve", metavar="COMMAND",
                         help='start vLLM as a child process, without Docker (a pip-installed vLLM), e.g. '
                         '--serve "vllm serve ORG/MODEL --port 8000"; its exit and output are read, so a '
@@ -219,11 +226,9 @@ def _matrix(args: argparse.Namespace) -> tuple[list[str], list[str], list[str] |
     return models, moe or list(DEFAULT_MOE_BACKENDS), linear, kv or list(DEFAULT_KV_CACHE_DTYPES)
 
 
-def run(args: argparse.Namespace) -> int:
-    from spark_images.coherence import GateOptions, gate_endpoint, gate_image
+def _options(args: argparse.Namespace) -> Any:
+    from spark_images.coherence import GateOptions
 
-    if not args.serve:
-        args.model, args.backends, args.linear_backends, args.kv_cache_dtype = _matrix(args)
     unknown_api = [a for a in args.api if a not in ("completions", "chat")]
     if unknown_api:
         raise _usage("--api", f"unknown API {', '.join(unknown_api)}", "--api completions,chat")
@@ -234,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
                      "--speed-tokens 256")  # fmt: skip
     if not 2 <= args.speed_runs <= 50:
         raise _usage("--speed-runs", f"{args.speed_runs} is not between 2 and 50", "--speed-runs 5")
-    opts = GateOptions(
+    return GateOptions(
         speed_runs=args.speed_runs,
         health_timeout_s=args.health_timeout,
         request_timeout_s=args.request_timeout,
@@ -244,8 +249,59 @@ def run(args: argparse.Namespace) -> int:
         min_probe_pass_rate=args.min_probe_pass,
     )
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    """The pair's gate: the head endpoint judged like --endpoint, the nodes' facts beside it."""
+    from spark_images.cluster import driver
+    from spark_images.cluster.gate import cluster_record, publishable
+    from spark_images.cluster.plan_inputs import load_plan
+    from spark_images.coherence import gate_endpoint
+
+    if args.image or args.endpoint or args.serve:
+        raise _usage("--cluster", "give one of IMAGE, --endpoint, --serve and --cluster", "drop the others")
+    opts = _options(args)
+    plan = load_plan(args.cluster)
+    model = args.model[0] if args.model else str(plan.source.model)
+    _sigterm_as_interrupt()
+    pair = cluster_record(plan, driver.facts(plan))
+    ok, why = publishable(pair)
+    pair.update(publishable=ok, publishable_reason=why)
+    section = gate_endpoint(plan.endpoint.removesuffix("/v1"), model, options=opts, progress=_progress)
+    section["cluster"] = pair
+    if section["status"] == "passed" and not ok:
+        section.update(status="failed", reason=f"the cluster cannot be published: {why}")
+    return _finish(args, section)
+
+
+def _finish(args: argparse.Namespace, section: dict[str, Any]) -> int:
+    if args.record:
+        from spark_images.buildline.record import BuildRecord
+
+        record = BuildRecord.load(args.record) if args.record.is_file() else BuildRecord(profile="")
+        record.set("coherence", section)
+        record.save(args.record)
+    emit(args, section, _text(section))
+    if section["status"] == "failed" and args.json:
+        # the JSON document is on stdout; the reasons still reach the person, one line each
+        for combo in section.get("combinations", []):
+            for reason in combo.get("reasons", []):
+                print(f"spark-images coherence: {reason}", file=sys.stderr)
+    return 1 if section["status"] == "failed" else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from spark_images.coherence import gate_endpoint, gate_image
+
+    if args.cluster is not None:
+        return _run_cluster(args)
+    if not args.serve:
+        args.model, args.backends, args.linear_backends, args.kv_cache_dtype = _matrix(args)
+    opts = _options(args)
+    progress = _progress
 
     _sigterm_as_interrupt()
     if args.serve:
@@ -281,16 +337,4 @@ def run(args: argparse.Namespace) -> int:
         )
         if section["status"] == "skipped" and args.require_gpu:
             raise EnvironmentProblem(f"coherence: {section['reason']} (--require-gpu)")
-    if args.record:
-        from spark_images.buildline.record import BuildRecord
-
-        record = BuildRecord.load(args.record) if args.record.is_file() else BuildRecord(profile="")
-        record.set("coherence", section)
-        record.save(args.record)
-    emit(args, section, _text(section))
-    if section["status"] == "failed" and args.json:
-        # the JSON document is on stdout; the reasons still reach the person, one line each
-        for combo in section.get("combinations", []):
-            for reason in combo.get("reasons", []):
-                print(f"spark-images coherence: {reason}", file=sys.stderr)
-    return 1 if section["status"] == "failed" else 0
+    return _finish(args, section)

@@ -223,6 +223,24 @@ def _remove_started(engines: list[NodeEngine], plan: ClusterPlan, outcome: Outco
             engine.remove([node.container])
 
 
+def facts(plan: ClusterPlan) -> list[judge.Fact]:
+    """The pre-flight facts of a cluster that `up` started, read again for the gate: each
+    node's digest of the planned image (no pull), its driver and interface, Ray's view."""
+    engines = _engines(plan)
+    observed = [engine.repo_digests(node.node.image) for engine, node in zip(engines, plan.nodes, strict=True)]
+    found = judge.image_facts([e.label for e in engines], [n.node.image for n in plan.nodes], observed)
+    missing = [e.label for e, n in zip(engines, plan.nodes, strict=True) if not (engine_state := e.state(n.container)) or not engine_state.running]
+    if missing:
+        return [*found, judge.Fact("cluster", "containers", False,
+                                   f"{', '.join(missing)}: no running Ray container (fix: `spark-images cluster up` first)")]  # fmt: skip
+    found += _preflight(engines, plan)
+    try:
+        found.append(judge.ray_fact(_ray_status(engines[0], plan.head), len(plan.nodes), plan.expected_gpus))
+    except StepTimedOut:
+        found.append(judge.Fact("cluster", "ray", False, "`ray status` did not answer in time"))
+    return found
+
+
 def down(plan: ClusterPlan) -> dict[str, Any]:
     """Remove this cluster's containers (by label) on every node's engine; check that none is left."""
     clock = time.monotonic()
