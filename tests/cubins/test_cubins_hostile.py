@@ -93,7 +93,10 @@ def test_fake_magic_in_host_data_is_not_device_code(tmp_path: Path) -> None:
         pytest.skip("no C compiler to build the host library")
     doc = scan_target(str(lib)).to_json()
     assert doc["verdict"] == "no-gpu-code"
-    assert doc["libraries"] == []
+    # the magic outside .nv_fatbin is listed apart (embedded), never counted as device code
+    (entry,) = doc["libraries"]
+    assert (entry["fatbins"], entry["native"], entry["jit_only"], entry["embedded"]) == (0, 0, 0, 1)
+    assert entry["verdict"] == "no-gpu-code" and "listed apart, not counted" in entry["warnings"][0]
 
 
 def test_magic_followed_by_garbage_is_ignored_without_section_headers() -> None:

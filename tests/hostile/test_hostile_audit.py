@@ -163,8 +163,11 @@ def test_hostile_index_page(
     assert_clean_failure(result, rc=2, names=[name], max_lines=2, wall_s=30)
     # a commit target only wants the release list for first releases: the audit goes on and says why
     result = run_cli(["audit", "main", "--fix", "1030", "--repo", str(history), "--json"], env=env(tmp_path, base))
-    assert result.rc == 0 and "Traceback" not in result.stderr, result.stderr
+    # #1030 is not in the knowledge base, so nothing proves its change: effect-unproven, a
+    # finding (exit 1), never the environment's exit 2 for an unreadable release list
+    assert result.rc == 1 and "Traceback" not in result.stderr, result.stderr
     doc = json.loads(result.stdout)
+    assert doc["fixes"][0]["state"] == "effect-unproven"
     assert any("PyPI's release list could not be read" in n and name in n for n in doc["notes"]), doc["notes"]
     assert doc["fixes"][0]["first_release"] is None
     assert result.max_rss_mb < 512 and result.wall_s < 30
@@ -180,7 +183,7 @@ def test_hostile_file_entries_are_skipped(history: Path, tmp_path: Path, hostile
     result = run_cli(["audit", "0.99.0", "--repo", str(history)], env=env(tmp_path, base))
     assert_clean_failure(result, rc=2, names=["no sdist vllm-0.99.0.tar.gz"], max_lines=2)
     result = run_cli(["audit", "main", "--fix", "1030", "--repo", str(history), "--json"], env=env(tmp_path, base))
-    assert result.rc == 0, result.stderr
+    assert result.rc == 1, result.stderr  # #1030: not in the knowledge base, effect-unproven
     doc = json.loads(result.stdout)
     # the listed releases have no tag and no readable sdist here: unchecked, so nothing is called first
     assert doc["fixes"][0]["first_release"] is None and doc["fixes"][0]["unchecked_releases"]

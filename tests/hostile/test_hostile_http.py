@@ -90,6 +90,8 @@ def test_sigint_during_a_slow_blob_ends_the_command_at_once(tmp_path: Path) -> N
             [sys.executable, "-m", "spark_images", "cubins", f"{server.host}/{REPO}:v1"],
             env={**os.environ, **_env(tmp_path, SPARK_IMAGES_HTTP_TIMEOUT="60")},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            # as at a terminal: a suite started in the background inherits SIGINT ignored
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         try:
             started = time.monotonic()

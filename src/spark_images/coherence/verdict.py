@@ -9,6 +9,7 @@ written to the record with a `vllm serve` command that reproduces it.
 from __future__ import annotations
 
 import itertools
+import math
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -140,10 +141,13 @@ def judge_probes(
 def _rate_and_interval(result: Mapping[str, Any]) -> tuple[float, list[float]] | None:
     measured = result.get("speed") or {}
     rate = measured.get("decode_tokens_per_s")
-    if not isinstance(rate, int | float) or isinstance(rate, bool):
+    # NaN, infinity, zero or less is no measurement (and NaN would compare false with everything)
+    if not isinstance(rate, int | float) or isinstance(rate, bool) or not math.isfinite(rate) or rate <= 0:
         return None
     ci = (measured.get("spread") or {}).get("ci95")
-    ok = isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, int | float) for v in ci)
+    ok = isinstance(ci, list) and len(ci) == 2 and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in ci
+    )
     return float(rate), [float(v) for v in ci] if ok else [float(rate), float(rate)]
 
 
@@ -162,7 +166,7 @@ def rank_fastest(results: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any
     if not measured:
         return (passed[0] if passed else None), []
     _, (_, leader_ci) = max(measured, key=lambda item: item[1][0])  # max keeps the first of equals
-    tied = [r for r, (_, ci) in measured if speed_overlap(ci, leader_ci)]
+    tied = [r for r, (_, ci) in measured if speed_overlap(ci, leader_ci)] or [measured[0][0]]
     chosen = tied[0]  # results are in profile order
     return chosen, [r for r in tied if r is not chosen]
 

@@ -305,10 +305,15 @@ def load_oci(archive: Path, name: str, digest: str) -> str:
 
     Skipped when `name` already is that digest (a no-change rebuild). With the
     containerd image store the loaded image's ID is the manifest digest, which
-    is checked, so the local image is exactly what was built.
+    is checked, so the local image is exactly what was built. The reference
+    returned is also tagged with the digest (`REPO:sha256-HEX`): the next build
+    of the profile moves `name`, never that tag, so a record's local image
+    stays the image it describes.
     """
+    pinned = f"{name.rpartition(':')[0]}:{digest.replace(':', '-')}"
     if local_image_id(name) == digest:
-        return name
+        client().image.tag(name, pinned)
+        return pinned
     docker = client()
     try:
         docker.image.load(str(archive), quiet=True)
@@ -321,4 +326,5 @@ def load_oci(archive: Path, name: str, digest: str) -> str:
             "(turn on the containerd image store: /etc/docker/daemon.json "
             '{"features":{"containerd-snapshotter":true}})'
         )
-    return name
+    docker.image.tag(name, pinned)
+    return pinned
