@@ -35,8 +35,10 @@ def read_bytes(
     what: str,
     limit: int = DEFAULT_LIMIT,
     error: type[SparkImagesError] = UsageError,
+    example: str = "",
 ) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes, or `error` naming it.
+    """The bytes of a regular file of at most `limit` bytes, or `error` naming it
+    (a missing file's fix names `example`, e.g. profiles/cu130.yaml, when given).
 
     Opened non-blocking and checked with fstat on the open descriptor, so a
     FIFO cannot hang the open and a file swapped after a stat cannot slip in.
@@ -45,7 +47,8 @@ def read_bytes(
     try:
         fd = os.open(os.fsencode(path), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise _fail(error, file, f"no such {what} file", f"pass the path of a {what}") from None
+        fix = f"pass a path like {example}" if example else f"pass the path of a {what}"
+        raise _fail(error, file, f"no such {what} file", fix) from None
     except IsADirectoryError:
         raise _fail(error, file, f"is a directory, not a {what} file", f"pass the path of a {what}") from None
     except OSError as exc:
@@ -87,8 +90,10 @@ def read_text(
     what: str,
     limit: int = DEFAULT_LIMIT,
     error: type[SparkImagesError] = UsageError,
+    example: str = "",
 ) -> str:
-    return decode_text(read_bytes(path, what=what, limit=limit, error=error), file=display_path(path), what=what, error=error)
+    data = read_bytes(path, what=what, limit=limit, error=error, example=example)
+    return decode_text(data, file=display_path(path), what=what, error=error)
 
 
 def json_depth_exceeds(text: str, max_depth: int = MAX_DEPTH) -> bool:

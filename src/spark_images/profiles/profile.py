@@ -20,7 +20,7 @@ from typing import Any
 
 from spark_images import defaults
 from spark_images.core import inputs
-from spark_images.core.errors import Finding, Problem, SparkImagesError, UsageError
+from spark_images.core.errors import Finding
 from spark_images.profiles.schema import Field, json_schema, validate
 from spark_images.profiles.values import (
     ABSOLUTE_PATH,
@@ -278,15 +278,8 @@ def parse_profile(text: str, file: str) -> Profile:
 
 def load_profile(path: str | Path) -> Profile:
     """Read a profile (a regular file of at most PROFILE_LIMIT bytes, UTF-8) and parse it."""
-    file = inputs.display_path(path)
-    try:
-        text = inputs.read_text(path, what="profile", limit=PROFILE_LIMIT)
-    except SparkImagesError as exc:
-        if any(p.message == "no such profile file" for p in exc.problems):
-            raise UsageError(Problem(file=file, field="", message="no such profile file",
-                                     fix="pass a path like profiles/cu130.yaml")) from None
-        raise
-    return parse_profile(text, file)
+    text = inputs.read_text(path, what="profile", limit=PROFILE_LIMIT, example="profiles/cu130.yaml")
+    return parse_profile(text, inputs.display_path(path))
 
 
 def _to_profile(doc: dict[str, Any], file: str) -> Profile:

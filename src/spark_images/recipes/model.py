@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_images.core import inputs
-from spark_images.core.errors import Finding, Problem, SparkImagesError, UsageError
+from spark_images.core.errors import Finding, Problem
 from spark_images.profiles.cluster import ClusterSettings, parse_settings
 from spark_images.profiles.schema import Field, json_schema, show, validate
 from spark_images.profiles.values import (
@@ -221,15 +221,8 @@ def parse_recipe(text: str, file: str) -> Recipe:
 
 def load_recipe(path: str | Path) -> Recipe:
     """Read a recipe (a regular file of at most RECIPE_LIMIT bytes, UTF-8) and parse it."""
-    file = inputs.display_path(path)
-    try:
-        text = inputs.read_text(path, what="recipe", limit=RECIPE_LIMIT)
-    except SparkImagesError as exc:
-        if any(p.message == "no such recipe file" for p in exc.problems):
-            raise UsageError(Problem(file=file, field="", message="no such recipe file",
-                                     fix="pass a path like recipes/gpt-oss-120b.yaml")) from None
-        raise
-    return parse_recipe(text, file)
+    text = inputs.read_text(path, what="recipe", limit=RECIPE_LIMIT, example="recipes/gpt-oss-120b.yaml")
+    return parse_recipe(text, inputs.display_path(path))
 
 
 def _figure_of(doc: dict[str, Any]) -> Figure:
