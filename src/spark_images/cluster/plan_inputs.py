@@ -15,15 +15,13 @@ from spark_images.cluster.recipe import RECIPE_LIMIT, ServeSource, source_of_rec
 from spark_images.core import inputs
 from spark_images.core.errors import UsageError
 from spark_images.profiles.cluster import spark_defaults
-from spark_images.profiles.profile import load_profile
+from spark_images.profiles.profile import load_profile, parse_profile
 from spark_images.release import lock as lockfile
 
 PLAN_LIMIT = 1024 * 1024
 
 
-def _is_profile(path: Path) -> bool:
-    text = inputs.read_text(path, what="profile or recipe", limit=RECIPE_LIMIT)
-    doc = inputs.loads_yaml(text, file=inputs.display_path(path), what="profile or recipe", max_bytes=RECIPE_LIMIT)
+def _is_profile(doc: object) -> bool:
     return isinstance(doc, dict) and "vllm" in doc and "cuda" in doc
 
 
@@ -32,13 +30,15 @@ def load_source(path: Path, model: str | None) -> ServeSource:
     file = inputs.display_path(path)
     if not path.is_file():
         raise UsageError(f"{file}: no such profile or recipe (fix: pass profiles/NAME.yaml or recipes/NAME.yaml)")
-    if _is_profile(path):
-        profile = load_profile(path)
+    # read once: the document says which it is, and the same text is parsed as that
+    text = inputs.read_text(path, what="profile or recipe", limit=RECIPE_LIMIT)
+    if _is_profile(inputs.loads_yaml(text, file=file, what="profile or recipe", max_bytes=RECIPE_LIMIT)):
+        profile = parse_profile(text, file)
         models = profile.verify.coherence.models if profile.verify.coherence else ()
         return ServeSource(kind="profile", path=file, name=profile.name, model=model or (models[0] if models else None),
                            profile=file, serve_args=profile.serve_args, serve_env=tuple(sorted(profile.serve_env)),
                            cluster=spark_defaults())  # fmt: skip
-    recipe = source_of_recipe(inputs.read_text(path, what="recipe", limit=RECIPE_LIMIT), file)
+    recipe = source_of_recipe(text, file)
     if model:
         recipe = ServeSource(**{**recipe.__dict__, "model": model})
     return recipe
