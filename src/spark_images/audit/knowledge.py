@@ -249,14 +249,11 @@ def _parse_yaml(text: str, file: str) -> Any:
     return parse_yaml(text, file)
 
 
-KB_ENV = defaults.Env.KB
-
-
 def load_knowledge(path: str | os.PathLike[str] | None = None) -> KnowledgeBase:
     """The knowledge base shipped with the package, or the file at `path` (else the
     file $SPARK_IMAGES_KB names: a knowledge base of another history, e.g. a fork's)."""
-    if path is None and defaults.setting(KB_ENV):
-        path = defaults.setting(KB_ENV)
+    if path is None:
+        path = defaults.setting(defaults.Env.KB)
     if path is None:
         data = resources.files("spark_images.audit").joinpath("fixes.yaml").read_bytes()
         if len(data) > KB_LIMIT:

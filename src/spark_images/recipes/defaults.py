@@ -9,16 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spark_images import defaults
-
 GiB = 1 << 30
-HUB_ENV = defaults.Env.HF_ENDPOINT
-DEFAULT_HUB = defaults.HF_HUB
-
-
-def hub_base() -> str:
-    """The hub every fit reads from: `{base}/{id}/resolve/{rev}/{file}` (loopback in the tests)."""
-    return defaults.hf_hub()
 
 
 @dataclass(frozen=True)

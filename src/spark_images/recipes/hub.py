@@ -1,6 +1,6 @@
 """A model's headers, from the hub by HTTP range reads or from a local directory (I/O edge; never the weights).
 
-Hub: `{base}/{id}/resolve/{revision}/FILE` (base from `defaults.hub_base()`).
+Hub: `{base}/{id}/resolve/{revision}/FILE` (base from `spark_images.defaults.hf_hub()`: SPARK_IMAGES_HF_ENDPOINT, loopback in the tests).
 config.json and model.safetensors.index.json are read whole (bounded); each
 shard only as `Range: bytes=0-7` (the header length) and then the header
 itself. A server that ignores the range (200 with the whole file) is cut off
@@ -19,6 +19,7 @@ from typing import Any
 
 import requests
 
+from spark_images import defaults
 from spark_images.core import inputs
 from spark_images.core.errors import EnvironmentProblem, Finding, Problem
 from spark_images.recipes import defaults as d
@@ -58,7 +59,7 @@ class HubSource:
     """Range reads of one model revision on the hub."""
 
     def __init__(self, model: str, revision: str) -> None:
-        self.base = f"{d.hub_base()}/{model}/resolve/{revision}"
+        self.base = f"{defaults.hf_hub()}/{model}/resolve/{revision}"
         self.session = requests.Session()
 
     def url(self, name: str) -> str:
@@ -71,7 +72,7 @@ class HubSource:
             resp = http.send(self.session, "GET", url, deadline=deadline, headers=headers, allow_redirects=True)
         except (requests.RequestException, http.HttpProblem) as exc:
             raise EnvironmentProblem(Problem(url, "", f"cannot reach the hub: {inputs.short(str(exc))}",
-                                             f"check the network or {d.HUB_ENV}")) from None
+                                             f"check the network or {defaults.Env.HF_ENDPOINT}")) from None
         try:
             if resp.status_code == 404:
                 raise _Missing(url)
