@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,3 +56,23 @@ def test_the_cluster_gate_judges_the_head_and_refuses_a_pair_without_one_proven_
     assert [n["planned_digest"] for n in pair["nodes"]] == ["sha256:" + "a" * 64] * 2
     assert all(n["ran_digest"] is None for n in pair["nodes"])
     assert any(f["fact"] == "containers" and not f["ok"] for f in pair["cluster_facts"])
+
+
+@pytest.mark.parametrize(
+    ("content", "rc", "words"),
+    [
+        (b'{"x": 1}', 1, "plan_version"),
+        (b"\xff\xfe", 2, "not UTF-8"),
+        (b"[" * 100_000, 2, "nests deeper"),
+        (None, 2, "no such plan file"),
+    ],
+    ids=["not-a-plan", "not-utf8", "deep", "missing"],
+)
+def test_a_hostile_plan_file_is_one_line_and_no_traceback(tmp_path: Path, content: bytes | None, rc: int, words: str) -> None:
+    plan = tmp_path / "plan.json"
+    if content is not None:
+        plan.write_bytes(content)
+    out = _cli("coherence", "--cluster", str(plan), "--model", "m", "--health-timeout", "3")
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == rc and "Traceback" not in out.stderr and len(lines) == 1, out.stderr
+    assert str(plan) in lines[0] and words in lines[0]
