@@ -23,7 +23,7 @@ from spark_images.registry.reference import BadReference
 def test_registry_or_directory(where: str, kind: str) -> None:
     spec_from, spec_to = engine_build.cache_specs(where, False)
     assert spec_from.startswith(f"type={kind},") and spec_to.startswith(f"type={kind},")
-    assert spec_to.endswith(",mode=max") and where in spec_from
+    assert spec_to.endswith(",mode=max,ignore-error=true") and where in spec_from
 
 
 @pytest.mark.parametrize("where", ["ghcr.io/Owner/cache", "ghcr.io/o/c:bad tag", "127.0.0.1:5000/c\n"])

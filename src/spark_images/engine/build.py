@@ -109,6 +109,13 @@ class BuildResult:
     emulated: bool
 
 
+# every layer (mode=max); a cache export that fails (BuildKit's cache export to a
+# client directory is cancelled now and then: docker/buildx#713) is logged by
+# BuildKit and never fails a build whose image is already exported: the cache is
+# a speed-up, the image and its digest do not depend on it
+CACHE_EXPORT = "mode=max,ignore-error=true"
+
+
 def cache_specs(where: str, exists: bool) -> tuple[str, str]:
     """(cache-from, cache-to) buildx specs for a local directory or a registry ref.
 
@@ -117,13 +124,14 @@ def cache_specs(where: str, exists: bool) -> tuple[str, str]:
     first component names a registry host (the one reference grammar's rule:
     a dot, a port, brackets or localhost) is a registry ref and must parse as
     one (BadReference, exit 2, otherwise); anything else is a local directory.
+    A written `type=` value is the user's to set `ignore-error` on.
     """
     if "type=" in where:
         return where, where
     if exists or where.startswith(("/", "./", "../", "~")) or not names_registry(where):
-        return f"type=local,src={where}", f"type=local,dest={where},mode=max"
+        return f"type=local,src={where}", f"type=local,dest={where},{CACHE_EXPORT}"
     ref = ImageReference.parse(where, what="--cache")
-    return f"type=registry,ref={ref}", f"type=registry,ref={ref},mode=max"
+    return f"type=registry,ref={ref}", f"type=registry,ref={ref},{CACHE_EXPORT}"
 
 
 def emulation() -> bool:
