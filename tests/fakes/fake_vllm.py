@@ -28,7 +28,9 @@ Like real vLLM 0.26 (recorded), an unknown --moe-backend exits 2 with argparse's
 line and vLLM's choices, and a --max-model-len above 8192 exits 1 with vLLM's
 config refusal. FAKE_VLLM_LOAD_S=N keeps the port closed for N s, then answers
 /health 200 at once, as real vLLM does through a model load.
-Other knobs (env): FAKE_VLLM_TOKS_PER_S (number or per-backend map),
+Other knobs (env): FAKE_VLLM_TOKS_PER_S (number or per-backend map; `100/300`
+is 100 tok/s on a backend's first start and 300 on its second, counted in
+FAKE_VLLM_START_LOG, the file each start appends its backends to),
 FAKE_VLLM_STARTUP_S (default 3), FAKE_VLLM_REASONING=1 (a reasoning model:
 thinks unless `chat_template_kwargs.enable_thinking` is false),
 FAKE_VLLM_NO_CHAT_TEMPLATE=1 (a base model: chat requests answer 400, as vLLM
@@ -661,6 +663,27 @@ def refuse_args(opts: dict[str, str]) -> None:
         raise SystemExit(1)
 
 
+def log_start(opts: dict[str, str], moe: str, linear: str) -> int:
+    """Append this start to FAKE_VLLM_START_LOG (one line each) and return how many starts
+    of the same backends came before it (0 without a log). A test reads the file to see
+    the order the gate started its servers in, which no server log left behind shows."""
+    path = os.environ.get("FAKE_VLLM_START_LOG")
+    if not path:
+        return 0
+    key = f"moe={moe} linear={linear} kv={opts.get('kv_cache_dtype', 'auto')}"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            before = sum(1 for line in fh if line.split(" pid=")[0] == key)
+    except FileNotFoundError:
+        before = 0
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, f"{key} pid={os.getpid()} t={time.time():.3f}\n".encode())
+    finally:
+        os.close(fd)
+    return before
+
+
 def main(argv: list[str]) -> int:
     opts = parse_args(argv)
     refuse_args(opts)
@@ -668,7 +691,9 @@ def main(argv: list[str]) -> int:
     linear = opts.get("linear_backend", moe if moe in LINEAR_KERNEL else "auto").lower().replace("-", "_")
     spec = opts.get("fake_mode") or os.environ.get("FAKE_VLLM_MODE", "coherent")
     mode = pick(spec, moe, "coherent")
-    toks = float(pick(os.environ.get("FAKE_VLLM_TOKS_PER_S", ""), moe, str(DEFAULT_TOKS.get(moe, 60.0))))
+    start = log_start(opts, moe, linear)
+    choices = pick(os.environ.get("FAKE_VLLM_TOKS_PER_S", ""), moe, str(DEFAULT_TOKS.get(moe, 60.0))).split("/")
+    toks = float(choices[start % len(choices)])  # `100/300`: 100 tok/s on the first start, 300 on the second, ...
     startup_s = float(os.environ.get("FAKE_VLLM_STARTUP_S", "3"))
     served = opts.get("served_model_name", opts["model"])
     engine = Engine(opts["model"], served, mode, toks, os.environ.get("FAKE_VLLM_REASONING") == "1")

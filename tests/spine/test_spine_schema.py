@@ -135,6 +135,9 @@ def _mutated(path: str, value: Any) -> dict[str, Any]:
         ("patches", [1]),
         ("verify.required_fixes", ["#1"]),
         ("verify.coherence.models", []),
+        ("verify.coherence.rounds", 0),
+        ("verify.coherence.rounds", True),
+        ("verify.coherence.rounds", 21),
         ("cuda.version", "13.0.2-rc"),
         ("cuda.version", "13.0.2.1"),
     ],
@@ -161,4 +164,5 @@ def test_the_schema_documents_the_defaults_of_the_one_configuration_layer() -> N
     coherence = props["verify"]["properties"]["coherence"]["properties"]
     assert coherence["moe_backends"]["default"] == list(profiles.DEFAULT_MOE_BACKENDS)
     assert coherence["kv_cache_dtypes"]["default"] == list(profiles.DEFAULT_KV_CACHE_DTYPES)
+    assert coherence["rounds"]["default"] == profiles.DEFAULT_COHERENCE_ROUNDS
     assert props["cuda"]["properties"]["home"]["default"] == profiles.DEFAULT_CUDA_HOME

@@ -1,14 +1,21 @@
 """`spark-images coherence IMAGE --profile P` (or `--model M`): serve, check, pick the fastest coherent backend.
 
-Four ways to reach a server: IMAGE (one container per combination),
+Five ways to reach a server: IMAGE (one container per combination),
 `--serve "vllm serve ..."` (vLLM as a child process, no Docker: a refused flag
-or config is a finding, exit 1, naming vLLM's own line), `--endpoint URL`
+or config is a finding, exit 1, naming vLLM's own line), `--recipe FILE` (the
+same, with a recipe's exact command and environment; a missing file is exit 2,
+a recipe that does not validate exit 1, as for every command reading one), `--endpoint URL`
 (a server running or still loading: a refused connection is waited for until
 `--health-timeout`; nothing there in that time is exit 2) and `--cluster PLAN`
 (the head of a two-Spark cluster that `cluster up` started from that plan: the
 same probes against its endpoint, plus each node's facts, its digest and the TP
 size in the record; the gate passes only when every node ran one digest and
 every fact held).
+
+`--rounds N` (or the profile's `verify.coherence.rounds`) serves each
+combination N times, interleaved A B A B ..., judges every round and pools
+the speed runs of all rounds (`coherence.rounds`). The default is one round:
+each round reloads the model, so more rounds are asked for, never assumed.
 
 The models, backends and KV-cache dtypes come from the profile's
 `verify.coherence` settings (`spark-images plan P` shows the matrix); flags
@@ -35,6 +42,7 @@ from typing import Any
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.core.errors import EnvironmentProblem, Problem, UsageError
 from spark_images.profiles.profile import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
+from spark_images.profiles.profile import MAX_COHERENCE_ROUNDS as MAX_ROUNDS
 
 
 def _csv(value: str) -> list[str]:
@@ -89,6 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help='start vLLM as a child process, without Docker (a pip-installed vLLM), e.g. '
                         '--serve "vllm serve ORG/MODEL --port 8000"; its exit and output are read, so a '
                         "refused flag or config is a finding naming vLLM's line; it is always stopped")  # fmt: skip
+    parser.add_argument("--recipe", type=Path, metavar="FILE",
+                        help="like --serve, with the recipe's exact `vllm serve` command and environment "
+                        "(recipes/NAME.yaml); the recipe's model is the served model")  # fmt: skip
     parser.add_argument("--health-timeout", type=_positive, default=1800.0, metavar="S",
                         help="seconds to wait for /health 200 (default 1800, as upstream CI). vLLM keeps its "
                         "port closed while it loads the model (about 80-120 s for a 135M model on an H200, "
@@ -126,6 +137,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "median, IQR and bootstrap 95%% interval, and a combination is only 'fastest' when "
                         "its interval separates from the others'; otherwise it is a tie, broken by the "
                         "profile's order")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=None, metavar="N",
+                        help="serve each combination N times, interleaved (A B A B ...; default: the profile's "
+                        "verify.coherence.rounds, else 1): every round is judged, the speed runs of all rounds "
+                        "are pooled into one median and spread, and the order is recorded. Each round reloads "
+                        "the model, so N rounds cost N model loads per combination. Only where the gate starts "
+                        f"the server (IMAGE, --serve, --recipe); at most {MAX_ROUNDS}")  # fmt: skip
     parser.add_argument("--record", type=Path, metavar="FILE",
                         help="write the result as the `coherence` section of this build record")  # fmt: skip
     add_json_flag(parser)
@@ -196,6 +213,9 @@ def _text(section: dict[str, Any]) -> str:
         )
         lines += [f"      fail: {r}" for r in c.get("reasons", [])[:6]]
         lines += [f"      warn: {w}" for w in c.get("warnings", [])[:6]]
+    if section.get("rounds"):
+        served = [f"{o['round']}:{o['moe_backend']}" for o in section["rounds"]["order"] if o.get("served")]
+        lines.append(f"rounds: {section['rounds']['rounds']}, served in order {' '.join(served)}")
     if section.get("selected"):
         lines.append(f"selected: {section['selected']['serve_command']}")
     return "\n".join(lines)
@@ -221,6 +241,8 @@ def _matrix(args: argparse.Namespace) -> tuple[list[str], list[str], list[str] |
         moe = moe or list(settings.moe_backends)
         linear = linear if linear is not None else (list(settings.linear_backends) if settings.linear_backends else None)
         kv = kv or list(settings.kv_cache_dtypes)
+        if args.rounds is None:
+            args.rounds = settings.rounds
     if not models:
         raise _usage("--model", "at least one model is required", "--profile profiles/NAME.yaml, or --model ORG/NAME")
     return models, moe or list(DEFAULT_MOE_BACKENDS), linear, kv or list(DEFAULT_KV_CACHE_DTYPES)
@@ -239,6 +261,9 @@ def _options(args: argparse.Namespace) -> Any:
                      "--speed-tokens 256")  # fmt: skip
     if not 2 <= args.speed_runs <= 50:
         raise _usage("--speed-runs", f"{args.speed_runs} is not between 2 and 50", "--speed-runs 5")
+    rounds = 1 if args.rounds is None else args.rounds
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise _usage("--rounds", f"{rounds} is not between 1 and {MAX_ROUNDS}", "--rounds 3")
     return GateOptions(
         speed_runs=args.speed_runs,
         health_timeout_s=args.health_timeout,
@@ -247,6 +272,7 @@ def _options(args: argparse.Namespace) -> Any:
         speed_tokens=args.speed_tokens,
         endpoints=tuple(dict.fromkeys(args.api)),
         min_probe_pass_rate=args.min_probe_pass,
+        rounds=rounds,
     )
 
 
@@ -261,8 +287,9 @@ def _run_cluster(args: argparse.Namespace) -> int:
     from spark_images.cluster.plan_inputs import load_plan
     from spark_images.coherence import gate_endpoint
 
-    if args.image or args.endpoint or args.serve:
-        raise _usage("--cluster", "give one of IMAGE, --endpoint, --serve and --cluster", "drop the others")
+    if args.image or args.endpoint or args.serve or args.recipe:
+        raise _usage("--cluster", "give one of IMAGE, --endpoint, --serve, --recipe and --cluster", "drop the others")
+    _one_round("--cluster", args.rounds)
     opts = _options(args)
     plan = load_plan(args.cluster)
     model = args.model[0] if args.model else str(plan.source.model)
@@ -293,23 +320,41 @@ def _finish(args: argparse.Namespace, section: dict[str, Any]) -> int:
     return 1 if section["status"] == "failed" else 0
 
 
+def _one_round(mode: str, rounds: int | None) -> None:
+    """A server the gate did not start cannot be restarted: --rounds above 1 is refused there."""
+    if rounds is not None and rounds > 1:
+        raise _usage("--rounds", f"{mode} judges a server the gate does not start, so it cannot serve it again",
+                     "drop --rounds, or let the gate start the server (IMAGE, --serve, --recipe)")  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     from spark_images.coherence import gate_endpoint, gate_image
 
     if args.cluster is not None:
         return _run_cluster(args)
-    if not args.serve:
+    if args.serve and args.recipe:
+        raise _usage("--recipe", "give either --serve or --recipe, not both", "drop one of them")
+    local = args.serve or args.recipe
+    if local and (args.image or args.endpoint):
+        flag = "--serve" if args.serve else "--recipe"
+        raise _usage(flag, f"give one of IMAGE, --endpoint and {flag}", "drop the others")
+    if not local:
+        explicit_rounds = args.rounds
         args.model, args.backends, args.linear_backends, args.kv_cache_dtype = _matrix(args)
+        if args.endpoint:
+            _one_round("--endpoint", explicit_rounds)
+            args.rounds = 1  # a profile's rounds are for servers the gate starts
     opts = _options(args)
     progress = _progress
 
     _sigterm_as_interrupt()
-    if args.serve:
-        if args.image or args.endpoint:
-            raise _usage("--serve", "give one of IMAGE, --endpoint and --serve", "drop the others")
-        from spark_images.coherence.local import gate_local
+    if local:
+        from spark_images.coherence.local import gate_local, gate_recipe
 
-        section = gate_local(args.serve, options=opts, progress=progress)
+        if args.serve:
+            section = gate_local(args.serve, options=opts, progress=progress)
+        else:
+            section = gate_recipe(args.recipe, options=opts, progress=progress)
     elif args.endpoint:
         if args.image:
             raise _usage("IMAGE", "give either IMAGE or --endpoint, not both", "drop one of them")

@@ -18,6 +18,7 @@ from typing import Any
 from spark_images.coherence import judge, probes, scoring, speed, verdict
 from spark_images.coherence.client import Completion, OpenAIClient, ServerError
 from spark_images.core.errors import Problem, UsageError
+from spark_images.profiles.profile import MAX_COHERENCE_ROUNDS as MAX_ROUNDS
 
 Progress = Callable[[str], None]
 
@@ -44,6 +45,9 @@ class GateOptions:
     ab_reference: str | None = None  # a MoE backend known to be good (e.g. "marlin")
     ab_tokens: int = 32
     endpoints: tuple[probes.Endpoint, ...] = ("completions", "chat")
+    # Each combination served this often, interleaved A B A B ... (`rounds`): every round
+    # reloads the model, so the default is one, as the gate always was.
+    rounds: int = 1
 
     def __post_init__(self) -> None:
         # NaN compares false with everything: `--health-timeout nan` would wait forever
@@ -55,6 +59,10 @@ class GateOptions:
                     Problem(file="command line", field=flag, message=f"{value!r} is not a finite number of seconds above 0",
                             fix=f"e.g. {flag} 1800")
                 )
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or not 1 <= self.rounds <= MAX_ROUNDS:
+            raise UsageError(Problem(file="command line", field="--rounds",
+                                     message=f"{self.rounds!r} is not a whole number from 1 to {MAX_ROUNDS}",
+                                     fix="e.g. --rounds 3"))  # fmt: skip
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""`coherence --serve "vllm serve ..."`: vLLM as a child process, for bare-metal Sparks.
+"""`coherence --serve "vllm serve ..."` or `--recipe FILE`: vLLM as a child process, for bare-metal Sparks.
 
 Many Spark users pip-install vLLM and run it without Docker. The gate starts
 the command in its own process group, reads its output line by line (the
@@ -6,6 +6,8 @@ signature table and vLLM's own refusal lines), waits for /health while the
 model loads, and tells a dead server from a slow one by the child's exit:
 argparse's refusal (exit 2, naming the flag and vLLM's choices) and a config
 refusal (max_model_len, out of memory) are findings that name vLLM's line.
+`--recipe FILE` starts the recipe's exact command and environment
+(`recipes.gate.serve_command`), the recipe's model as the served model.
 The child's whole process group is always ended: on return, on an error and
 on Ctrl-C/SIGTERM.
 """
@@ -20,10 +22,11 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from spark_images.coherence import judge, verdict
+from spark_images.coherence import judge, rounds, verdict
 from spark_images.coherence.checks import GateOptions, Outcome, Progress, check_server, quiet
 from spark_images.coherence.client import OpenAIClient
 from spark_images.coherence.readiness import wait_for_health
@@ -50,25 +53,31 @@ def parse_serve(command: str) -> tuple[list[str], str, str, str]:
         argv = shlex.split(command)
     except ValueError as exc:
         raise _usage(f"cannot split the command: {exc}") from None
+    return parse_argv(argv)
+
+
+def parse_argv(argv: Sequence[str], field: str = "--serve") -> tuple[list[str], str, str, str]:
+    """(argv, base URL, served model name, model) of a `vllm serve MODEL ...` argv."""
+    argv = list(argv)
     try:
         at = argv.index("serve")
     except ValueError:
-        raise _usage("the command has no `serve` (e.g. \"vllm serve ORG/MODEL --port 8000\")") from None
+        raise _usage("the command has no `serve` (e.g. \"vllm serve ORG/MODEL --port 8000\")", field) from None
     model = argv[at + 1] if at + 1 < len(argv) and not argv[at + 1].startswith("-") else _flag(argv, "--model")
     if not model:
-        raise _usage("the command names no model after `serve`")
+        raise _usage("the command names no model after `serve`", field)
     port_text = _flag(argv, "--port") or "8000"
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise _usage(f"--port {port_text!r} is not a TCP port (1-65535)")
+        raise _usage(f"--port {port_text!r} is not a TCP port (1-65535)", field)
     host = _flag(argv, "--host") or "127.0.0.1"
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     served = _flag(argv, "--served-model-name") or model
     return argv, f"http://{host}:{port_text}", served, model
 
 
-def _usage(message: str) -> UsageError:
-    return UsageError(Problem(file="command line", field="--serve", message=message,
-                              fix='--serve "vllm serve ORG/MODEL --port 8000"'))  # fmt: skip
+def _usage(message: str, field: str = "--serve") -> UsageError:
+    fix = '--serve "vllm serve ORG/MODEL --port 8000"' if field == "--serve" else "correct the recipe's serve.args"
+    return UsageError(Problem(file="command line", field=field, message=message, fix=fix))
 
 
 class _Output:
@@ -96,11 +105,15 @@ class _Output:
 
 
 @contextlib.contextmanager
-def child(argv: Sequence[str]) -> Iterator[tuple[subprocess.Popen[bytes], _Output, threading.Thread]]:
-    """The command running in its own process group; the group is ended on the way out."""
+def child(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], _Output, threading.Thread]]:
+    """The command running in its own process group (this environment, plus `env`);
+    the group is ended on the way out."""
     try:
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **env} if env else None)  # fmt: skip
     except OSError as exc:
         raise _usage(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
     out = _Output()
@@ -129,13 +142,78 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
 
 def gate_local(command: str, *, options: GateOptions | None = None, progress: Progress = quiet) -> dict[str, Any]:
     """The record's `coherence` section for a server started from `command` (no container)."""
+    argv, *_ = parse_serve(command)
+    return gate_argv(argv, options=options, progress=progress)
+
+
+def gate_recipe(path: str | Path, *, options: GateOptions | None = None, progress: Progress = quiet) -> dict[str, Any]:
+    """The record's `coherence` section for a recipe's exact `vllm serve` command and environment.
+
+    A file that is missing or unreadable is a usage error (exit 2), a recipe
+    that does not validate is a finding (exit 1, one line per problem), as
+    for every command that reads a recipe; a two-Spark recipe is served by
+    `cluster up` and judged with `--cluster`, so it is a usage error here.
+    """
+    from spark_images.recipes.gate import serve_command
+    from spark_images.recipes.model import load_recipe
+
+    recipe = load_recipe(path)
+    if recipe.cluster is not None:
+        raise UsageError(Problem(file=recipe.path, field="cluster", message="a two-Spark recipe is not served on one host",
+                                 fix="`cluster plan` and `cluster up` it, then `coherence --cluster PLAN`"))  # fmt: skip
+    argv, env = serve_command(recipe)
+    parse_argv(argv, "--recipe")
+    section = gate_argv(argv, env=env, options=options, progress=progress)
+    section["recipe"] = {"name": recipe.name, "file": recipe.path, "env": dict(env)}
+    return section
+
+
+def gate_argv(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    options: GateOptions | None = None,
+    progress: Progress = quiet,
+) -> dict[str, Any]:
+    """The `coherence` section for a server started from `argv` (`vllm serve MODEL ...`).
+
+    With `rounds` N the server is started N times, one after another (there is
+    one combination, so the order is A A A); every round is judged and the
+    speed runs of all rounds are pooled (`rounds`).
+    """
     opts = options or GateOptions()
-    argv, url, served, model = parse_serve(command)
+    argv, url, served, model = parse_argv(argv)
     combo = verdict.Combination(served, _flag(argv, "--moe-backend") or verdict.AUTO,
                                 _flag(argv, "--linear-backend") or verdict.AUTO,
                                 _flag(argv, "--kv-cache-dtype") or verdict.AUTO)  # fmt: skip
+    docs: list[tuple[int, dict[str, Any]]] = []
+    order: list[dict[str, Any]] = []
+    for rnd, _ in rounds.round_robin(1, opts.rounds):
+        if docs and docs[-1][1]["status"] == "failed":
+            order.append({"round": rnd, **combo.to_json(), "served": False, "why": f"failed round {docs[-1][0]}"})
+            continue
+        if opts.rounds > 1:
+            progress(f"{combo.label()}: round {rnd} of {opts.rounds}")
+        doc = _serve_once(argv, env, combo, url, served, model, opts, progress)
+        docs.append((rnd, doc))
+        order.append({"round": rnd, **combo.to_json(), "served": True, "status": doc["status"]})
+    result = docs[0][1] if opts.rounds == 1 else rounds.merge(docs)
+    status, why = verdict.gate_status([result], [served])
+    section: dict[str, Any] = {"status": status, "serve_command": shlex.join(argv), "combinations": [result]}
+    if why:
+        section["reason"] = why
+    if opts.rounds > 1:
+        section["rounds"] = rounds.section_doc(opts.rounds, order)
+    return section
+
+
+def _serve_once(
+    argv: list[str], env: Mapping[str, str] | None, combo: verdict.Combination, url: str, served: str, model: str,
+    opts: GateOptions, progress: Progress,
+) -> dict[str, Any]:
+    """One start of the server: wait for it, check it, end it; its combination record."""
     started = time.monotonic()
-    with child(argv) as (proc, out, reader):
+    with child(argv, env) as (proc, out, reader):
 
         def exited() -> str | None:
             code = proc.poll()
@@ -155,12 +233,7 @@ def gate_local(command: str, *, options: GateOptions | None = None, progress: Pr
         if late and late not in outcome.reasons and not wait.reason:
             outcome.reasons.append(late)
         with out.lock:
-            doc = judge.combination_record(combo, outcome.doc, outcome.reasons, outcome.warnings, out.scan,
-                                             startup_s=round(wait.waited_s, 2),
-                                             wall_s=round(time.monotonic() - started, 2),
-                                             serve_command=shlex.join(argv), model_path=model)  # fmt: skip
-    status, why = verdict.gate_status([doc], [served])
-    section: dict[str, Any] = {"status": status, "serve_command": shlex.join(argv), "combinations": [doc]}
-    if why:
-        section["reason"] = why
-    return section
+            return judge.combination_record(combo, outcome.doc, outcome.reasons, outcome.warnings, out.scan,
+                                            startup_s=round(wait.waited_s, 2),
+                                            wall_s=round(time.monotonic() - started, 2),
+                                            serve_command=shlex.join(argv), model_path=model)  # fmt: skip

@@ -1,8 +1,9 @@
 """The coherence gate: serve each combination, check it, pick the fastest coherent one.
 
 `gate_image` serves every combination of an image in its own container
-(`container`), runs the checks (`checks`) and, when asked, the A/B against a
-known-good backend; `gate_endpoint` runs the same checks on a server that is
+(`container`), round after round when asked (`rounds`: A B A B ..., every
+round judged, the speed runs pooled), runs the checks (`checks`) and, when
+asked, the A/B against a known-good backend; `gate_endpoint` runs the same checks on a server that is
 already running. The decisions are made by the pure modules (`verdict` and
 `judge` above all); this module only sequences them and assembles the
 record's `coherence` section.
@@ -14,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spark_images.coherence import gpu, judge, verdict
+from spark_images.coherence import gpu, judge, rounds, verdict
 from spark_images.coherence.checks import (
     GateOptions,
     Outcome,
@@ -76,18 +77,32 @@ def gate_image(
     if skip:
         return {"status": "skipped", "reason": skip, "image": image_ref, **gpu_doc, "combinations": []}
     combos = verdict.combinations(models, moe_backends, linear_backends, kv_cache_dtypes)
-    results: list[dict[str, Any]] = []
+    served: dict[int, list[tuple[int, dict[str, Any]]]] = {i: [] for i in range(len(combos))}
     greedy: dict[int, list[judge.Greedy]] = {}
-    for combo in combos:
-        progress(f"{combo.label()}: starting")
+    order: list[dict[str, Any]] = []
+    for rnd, i in rounds.round_robin(len(combos), opts.rounds):
+        combo = combos[i]
+        label = combo.label() + (f" (round {rnd} of {opts.rounds})" if opts.rounds > 1 else "")
+        failed = next((r for r, d in served[i] if d["status"] == "failed"), None)
+        if failed is not None:  # it can no longer be selected, and each round is a model load
+            order.append({"round": rnd, **combo.to_json(), "served": False, "why": f"failed round {failed}"})
+            progress(f"{label}: not served again (failed round {failed})")
+            continue
+        progress(f"{label}: starting")
         doc, samples = run_in_container(image_ref, combo, opts, gpus=gpus, serve_args=serve_args,
                                         env=env, volumes=volumes, progress=progress)  # fmt: skip
-        greedy[len(results)] = samples
-        results.append(doc)
-        progress(f"{combo.label()}: {doc['status']}" + (f" ({doc['reasons'][0]})" if doc["reasons"] else ""))
+        if rnd == 1:
+            greedy[i] = samples  # the A/B compares the first round's greedy answers
+        served[i].append((rnd, doc))
+        order.append({"round": rnd, **combo.to_json(), "served": True, "status": doc["status"]})
+        progress(f"{label}: {doc['status']}" + (f" ({doc['reasons'][0]})" if doc["reasons"] else ""))
+    results = [served[i][0][1] if opts.rounds == 1 else rounds.merge(served[i]) for i in range(len(combos))]
     if opts.ab_reference:
         results = apply_ab(results, greedy, opts.ab_reference, opts)
-    return _section(results, models, image_ref, serve_args, env, gpu_doc)
+    section = _section(results, models, image_ref, serve_args, env, gpu_doc)
+    if opts.rounds > 1:
+        section["rounds"] = rounds.section_doc(opts.rounds, order)
+    return section
 
 
 def gate_endpoint(

@@ -52,6 +52,9 @@ DEFAULT_VLLM_REPOSITORY = defaults.VLLM_GIT_URL
 DEFAULT_CUDA_HOME = "/usr/local/cuda"
 DEFAULT_MOE_BACKENDS: tuple[str, ...] = ("auto",)
 DEFAULT_KV_CACHE_DTYPES: tuple[str, ...] = ("auto",)
+# One round: each round reloads the model (minutes on a Spark), so more is asked for, not assumed.
+DEFAULT_COHERENCE_ROUNDS = 1
+MAX_COHERENCE_ROUNDS = 20
 
 PROFILE_LIMIT = 1024 * 1024  # bytes of a profile file; ours are ~3 KB
 SCHEMA_ID = "https://github.com/spark-images/spark-images/profile.schema.json"
@@ -160,6 +163,9 @@ SPEC: dict[str, Field] = {
                     "kv_cache_dtypes": Field(list, required=False, items=matching(BACKEND, "a KV-cache dtype"), default=DEFAULT_KV_CACHE_DTYPES),
                     "recipes": Field(list, required=False, items=matching(NAME, "a recipe name (recipes/NAME.yaml)"),
                                      doc="recipes the gate serves with their exact command (recipes/NAME.yaml)"),
+                    "rounds": Field(int, required=False, check=between(1, MAX_COHERENCE_ROUNDS), default=DEFAULT_COHERENCE_ROUNDS,
+                                    doc="times `coherence --profile` serves each combination, interleaved (A B A B ...), its "
+                                    "speed runs pooled; each round reloads the model (the build line's gate serves once)"),
                 },
             ),
         },
@@ -233,6 +239,7 @@ class CoherenceSettings:
     linear_backends: tuple[str, ...] | None
     kv_cache_dtypes: tuple[str, ...]
     recipes: tuple[str, ...] = ()  # recipes/NAME.yaml the gate serves (spark_images.recipes.gate)
+    rounds: int = DEFAULT_COHERENCE_ROUNDS  # each combination served this often, A B A B ...
 
 
 @dataclass(frozen=True)
@@ -332,6 +339,7 @@ def _to_profile(doc: dict[str, Any], file: str) -> Profile:
                 linear_backends=tuple(coherence["linear_backends"]) if coherence.get("linear_backends") else None,
                 kv_cache_dtypes=tuple(coherence.get("kv_cache_dtypes") or DEFAULT_KV_CACHE_DTYPES),
                 recipes=tuple(coherence.get("recipes") or ()),
+                rounds=coherence.get("rounds", DEFAULT_COHERENCE_ROUNDS),
             )
             if coherence
             else None,
