@@ -157,20 +157,18 @@ def project_index(name: str, *, index: str | None = None, what: str = "") -> dic
     label = f"{what}: " if what else ""
     deadline = http.Deadline(http.meta_deadline_s())
     session = _session()
+
+    def problem(failure: http.Failure) -> EnvironmentProblem:
+        return EnvironmentProblem(f"{label}{failure.line()}")
+
     attempt = 0
     while True:
-        try:
+        with http.mapped(url, problem):
             resp = http.send(session, "GET", url, deadline=deadline, headers={"Accept": SIMPLE_JSON},
                              timeout=deadline.timeout(*TIMEOUT))  # fmt: skip
-        except http.HttpProblem as exc:
-            raise EnvironmentProblem(f"{label}{exc}") from None
-        except requests.RequestException as exc:
-            raise EnvironmentProblem(f"{label}cannot reach {http.short_url(url)} ({exc.__class__.__name__})") from None
         if resp.status_code in http.RETRY_STATUSES and attempt < RETRIES:
-            try:
+            with http.mapped(url, problem):
                 http.wait_to_retry(resp, deadline, attempt, 0.5, url)
-            except http.HttpProblem as exc:
-                raise EnvironmentProblem(f"{label}{exc}") from None
             attempt += 1
             continue
         break
@@ -179,13 +177,9 @@ def project_index(name: str, *, index: str | None = None, what: str = "") -> dic
         raise UsageError(f"{label}no project {name!r} on {base}")
     if resp.status_code != 200:
         resp.close()
-        raise EnvironmentProblem(f"{label}{http.short_url(url)} answered HTTP {resp.status_code}")
-    try:
+        raise problem(http.status_failure(url, resp.status_code, fix=f"check the index ({defaults.Env.PYPI_SIMPLE})"))
+    with http.mapped(url, problem, reading=True):
         body = http.read_body(resp, deadline=deadline, url=url, cap=http.INDEX_CAP)
-    except http.HttpProblem as exc:
-        raise EnvironmentProblem(f"{label}{exc}") from None
-    except requests.RequestException as exc:
-        raise EnvironmentProblem(f"{label}{http.short_url(url)}: the answer broke off ({exc.__class__.__name__})") from None
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -221,18 +215,19 @@ def stream(url: str, *, size: int | None = None, cap: int | None = None) -> Iter
     """
     limit = size if size is not None else cap
     deadline = http.Deadline(http.download_deadline_s(limit or 0))
-    try:
+
+    def problem(failure: http.Failure) -> EnvironmentProblem:
+        if failure.kind == "too-large":
+            return EnvironmentProblem(f"{http.short_url(url)}: more than the declared {limit} bytes")
+        return EnvironmentProblem(failure.line())
+
+    with http.mapped(url, problem):
         resp = http.send(_session(), "GET", url, deadline=deadline, timeout=deadline.timeout(*TIMEOUT))
-        if resp.status_code != 200:
-            resp.close()
-            raise EnvironmentProblem(f"{http.short_url(url)}: HTTP {resp.status_code}")
+    if resp.status_code != 200:
+        resp.close()
+        raise problem(http.status_failure(url, resp.status_code))
+    with http.mapped(url, problem, reading=True):
         yield from http.iter_body(resp, deadline=deadline, url=url, cap=limit)
-    except http.TooLarge:
-        raise EnvironmentProblem(f"{http.short_url(url)}: more than the declared {limit} bytes") from None
-    except http.HttpProblem as exc:
-        raise EnvironmentProblem(str(exc)) from None
-    except requests.RequestException as exc:
-        raise EnvironmentProblem(f"{http.short_url(url)}: download failed ({exc.__class__.__name__})") from None
 
 
 def cached_path(wheel: WheelFile) -> Path:
@@ -326,6 +321,9 @@ class HttpRangeFile(io.RawIOBase):
         self.pos = max(0, base + offset)
         return self.pos
 
+    def _error(self, failure: http.Failure) -> RangeReadError:
+        return RangeReadError(self.url, f"range read: {failure.detail()}")
+
     def _fetch(self, start: int, end: int) -> bytes:
         header = {"Range": f"bytes={start}-{end - 1}"}
         deadline = http.Deadline(http.download_deadline_s(end - start))
@@ -333,18 +331,15 @@ class HttpRangeFile(io.RawIOBase):
             try:
                 resp = http.send(self.http, "GET", self.url, deadline=deadline, headers=header,
                                  timeout=deadline.timeout(*TIMEOUT))  # fmt: skip
-            except http.HttpProblem as exc:
-                raise RangeReadError(self.url, exc.message) from None
-            except requests.RequestException as exc:
-                if attempt == self.retries or deadline.left() < 0.5 * 2**attempt:
-                    raise RangeReadError(self.url, f"range read failed ({exc.__class__.__name__})") from None
+            except http.TRANSPORT_ERRORS as exc:
+                failure = http.failure(exc, self.url)
+                if not failure.transient or attempt == self.retries or deadline.left() < 0.5 * 2**attempt:
+                    raise RangeReadError(self.url, f"range read: {failure.detail()}") from None
                 time.sleep(0.5 * 2**attempt)
                 continue
             if resp.status_code in http.RETRY_STATUSES and attempt < self.retries:
-                try:
+                with http.mapped(self.url, self._error):
                     http.wait_to_retry(resp, deadline, attempt, 0.5, self.url)
-                except http.HttpProblem as exc:
-                    raise RangeReadError(self.url, exc.message) from None
                 continue
             if resp.status_code >= 500 and attempt < self.retries:
                 resp.close()
@@ -357,12 +352,8 @@ class HttpRangeFile(io.RawIOBase):
             if total != str(self.size):
                 resp.close()
                 raise RangeReadError(self.url, f"server size {total[:40]!r} differs from the declared {self.size}")
-            try:
+            with http.mapped(self.url, self._error, reading=True):
                 data = http.read_body(resp, deadline=deadline, url=self.url, cap=end - start)
-            except http.HttpProblem as exc:
-                raise RangeReadError(self.url, exc.message) from None
-            except requests.RequestException as exc:
-                raise RangeReadError(self.url, f"range read broke off ({exc.__class__.__name__})") from None
             if len(data) != end - start:
                 raise RangeReadError(self.url, f"short range answer ({len(data)} of {end - start} bytes)")
             self.bytes_fetched += len(data)

@@ -75,18 +75,10 @@ def _registry_config(target: str) -> tuple[ImageConfig, str]:
 
 
 def _docker_config(name: str) -> tuple[ImageConfig, str | None]:
-    from spark_images import engine
     from spark_images.engine.images import inspect_image
 
-    local = inspect_image(name)  # UsageError naming the image when the engine lacks it
-    cfg = getattr(engine.client().image.inspect(name), "config", None)
-    doc = {
-        "Env": list(getattr(cfg, "env", None) or []),
-        "Entrypoint": list(getattr(cfg, "entrypoint", None) or []),
-        "Cmd": list(getattr(cfg, "cmd", None) or []),
-        "Labels": dict(getattr(cfg, "labels", None) or {}),
-    }
-    return parse_config(doc), local.id
+    local = inspect_image(name)  # plain data; UsageError naming the image when the engine lacks it
+    return parse_config(local.config_doc()), local.id
 
 
 def read_config(target: str, kind: str) -> tuple[ImageConfig | None, str | None]:

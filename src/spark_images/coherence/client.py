@@ -131,25 +131,15 @@ class OpenAIClient:
         url = self._url(path)
         try:
             return http.send(self.session, method, url, deadline=deadline, **kwargs)
-        except http.DeadlineExceeded as exc:
-            raise ServerError(f"{method} {url}: {exc.message}", timed_out=True) from None
-        except http.HttpProblem as exc:
-            raise ServerError(f"{method} {url}: {exc.message}") from None
-        except requests.Timeout as exc:
-            raise ServerError(f"{method} {url}: {exc.__class__.__name__}", timed_out=True) from None
-        except requests.RequestException as exc:
-            raise ServerError(f"{method} {url}: {exc.__class__.__name__}: {str(exc)[:200]}") from None
+        except http.TRANSPORT_ERRORS as exc:
+            raise _server_error(http.failure(exc, url), method) from None
 
     def _read(self, resp: requests.Response, path: str, deadline: http.Deadline, cap: int) -> bytes:
         url = self._url(path)
         try:
             return http.read_body(resp, deadline=deadline, url=url, cap=cap)
-        except http.DeadlineExceeded as exc:
-            raise ServerError(f"{url}: {exc.message}", timed_out=True) from None
-        except http.HttpProblem as exc:
-            raise ServerError(f"{url}: {exc.message}") from None
-        except requests.RequestException as exc:
-            raise ServerError(f"{url}: the answer broke off ({exc.__class__.__name__})") from None
+        except http.TRANSPORT_ERRORS as exc:
+            raise _server_error(http.failure(exc, url, reading=True)) from None
 
     def _post(self, path: str, body: dict[str, Any], *, stream: bool = False) -> tuple[requests.Response, http.Deadline]:
         deadline = self._deadline()
@@ -196,19 +186,20 @@ class OpenAIClient:
         to wait for it.
         """
         deadline = self._deadline(timeout_s)
+        url = self._url("/health")
         try:
-            resp = http.send(self.session, "GET", self._url("/health"), deadline=deadline, timeout=deadline.timeout())
-        except requests.ConnectionError as exc:
-            text = str(exc).lower()
-            if "name or service not known" in text or "nodename nor servname" in text or "failed to resolve" in text:
+            resp = http.send(self.session, "GET", url, deadline=deadline, timeout=deadline.timeout())
+        except http.TRANSPORT_ERRORS as exc:
+            failure = http.failure(exc, url)
+            if failure.kind == "dns":
                 return HealthAnswer(None, "no such host", no_host=True)
-            if "refused" in text:
+            if failure.kind == "refused":
                 return HealthAnswer(None, "connection refused")
-            return HealthAnswer(None, f"no connection ({exc.__class__.__name__})", connected=False)
-        except (http.DeadlineExceeded, requests.Timeout):
-            return HealthAnswer(None, f"no answer within {timeout_s:g} s", connected=True)
-        except (http.HttpProblem, requests.RequestException) as exc:
-            return HealthAnswer(None, f"broken answer ({exc.__class__.__name__})", connected=True)
+            if not failure.connected:
+                return HealthAnswer(None, f"no connection ({failure.cause})", connected=False)
+            if failure.timed_out:
+                return HealthAnswer(None, f"no answer within {timeout_s:g} s", connected=True)
+            return HealthAnswer(None, f"broken answer ({failure.cause})", connected=True)
         resp.close()
         return HealthAnswer(resp.status_code, f"HTTP {resp.status_code}", connected=True)
 
@@ -334,16 +325,18 @@ class OpenAIClient:
                         result.times.append(when)
                     if isinstance(choice.get("finish_reason"), str):
                         result.finish_reason = choice["finish_reason"]
-        except http.DeadlineExceeded as exc:
-            raise ServerError(f"{url}: stream: {exc.message}", timed_out=True) from None
-        except http.HttpProblem as exc:
-            raise ServerError(f"{url}: stream: {exc.message}") from None
-        except requests.RequestException as exc:
-            raise ServerError(f"{url}: stream broke: {exc.__class__.__name__}") from None
+        except http.TRANSPORT_ERRORS as exc:
+            raise _server_error(http.failure(exc, url, reading=True), "stream") from None
         finally:
             resp.close()
         result.text = "".join(result.pieces)
         return result
+
+
+def _server_error(failure: http.Failure, what: str = "") -> ServerError:
+    """ServerError from the shared words for a failed exchange ("METHOD URL: what (fix: ...)")."""
+    where = f"{what} {http.short_url(failure.url)}" if what else http.short_url(failure.url)
+    return ServerError(f"{where}: {failure.detail()}", timed_out=failure.timed_out)
 
 
 def _checked(out: Completion, where: str) -> Completion:

@@ -1,5 +1,8 @@
 """Local images: `docker save` to a file, and image inspect.
 
+What leaves this module is plain data (`LocalImage`: strings and tuples), never a
+python-on-whales object: callers outside `engine/` do not read the client's types.
+
 `docker save` of the containerd image store writes the layer blobs first and
 `manifest.json` (which orders them) last, so a stream cannot be read in layer
 order without holding it: the archive is written to a temporary file and read
@@ -11,6 +14,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from python_on_whales.exceptions import DockerException, NoSuchImage
 
@@ -22,11 +26,28 @@ SAVE_TIMEOUT_S = 3600
 
 @dataclass(frozen=True)
 class LocalImage:
+    """One local image as the engine reports it, with the run config `check` judges."""
+
     name: str
     id: str
     os: str
     architecture: str
     repo_digests: tuple[str, ...]
+    env: tuple[str, ...] = ()
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def config_doc(self) -> dict[str, Any]:
+        """The run config in the shape of an OCI image config's `config` object."""
+        return {"Env": list(self.env), "Entrypoint": list(self.entrypoint), "Cmd": list(self.cmd),
+                "Labels": dict(self.labels)}  # fmt: skip
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(item) for item in value) if isinstance(value, list | tuple) else ()
 
 
 def inspect_image(name: str) -> LocalImage:
@@ -40,12 +61,18 @@ def inspect_image(name: str) -> LocalImage:
         ) from exc
     except DockerException as exc:
         raise EnvironmentProblem(f"docker://{name}: image inspect failed ({exc.return_code})") from exc
+    config = image.config
+    labels = getattr(config, "labels", None)
     return LocalImage(
         name=name,
         id=str(image.id),
         os=str(image.os),
         architecture=str(image.architecture),
         repo_digests=tuple(image.repo_digests or ()),
+        env=_strings(getattr(config, "env", None)),
+        entrypoint=_strings(getattr(config, "entrypoint", None)),
+        cmd=_strings(getattr(config, "cmd", None)),
+        labels=tuple((str(k), str(v)) for k, v in labels.items()) if isinstance(labels, dict) else (),
     )
 
 

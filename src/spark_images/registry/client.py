@@ -64,6 +64,14 @@ def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
 _TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 
+_STATUS_WORDS = {  # (what, fix) for an answer the call did not expect
+    401: ("not authorized", f"a private repository? set {defaults.Env.REGISTRY_USER}/PASSWORD"),
+    403: ("forbidden", "check the credentials' rights on this repository"),
+    404: ("not found", "check the repository name, tag or digest"),
+    429: ("too many requests", "try again later"),
+}
+
+
 class RegistryClient:
     """One repository on one registry; every HTTP call goes through `request`."""
 
@@ -112,20 +120,21 @@ class RegistryClient:
         query = {"service": params.get("service", ""), "scope": f"repository:{self.repository}:{actions}"}
         url = http.short_url(realm)
         where = f"{self.host}: token endpoint"
-        try:
+
+        def problem(failure: http.Failure) -> RegistryError:
+            return RegistryError(f"{where} {failure.line()}")
+
+        with http.mapped(realm, problem):
             resp = http.send(self.http, "GET", realm, deadline=deadline, params=query, auth=self._basic,
                              timeout=deadline.timeout(*self.timeout))  # fmt: skip
-            if resp.status_code != 200:
-                resp.close()
-                raise RegistryError(
-                    f"{where} answered HTTP {resp.status_code} at {url} "
-                    "(private repository? set SPARK_IMAGES_REGISTRY_USER/PASSWORD)"
-                )
+        if resp.status_code != 200:
+            resp.close()
+            raise RegistryError(
+                f"{where} answered HTTP {resp.status_code} at {url} "
+                f"(fix: a private repository? set {defaults.Env.REGISTRY_USER}/PASSWORD)"
+            )
+        with http.mapped(realm, problem, reading=True):
             body = http.read_body(resp, deadline=deadline, url=realm, cap=http.TOKEN_CAP)
-        except http.HttpProblem as exc:
-            raise RegistryError(f"{where} {url}: {exc.message}") from None
-        except requests.RequestException as exc:
-            raise RegistryError(f"{where} {url} unreachable ({exc.__class__.__name__})") from None
         try:
             doc = loads_json(body.decode("utf-8"), file=f"{where} {url}", what="token answer", error=RegistryError)
         except UnicodeDecodeError:
@@ -170,6 +179,10 @@ class RegistryClient:
         retries = self.retries if data is None or isinstance(data, bytes | str) else 0
         authed = False
         attempt = 0
+
+        def problem(failure: http.Failure) -> RegistryError:
+            return RegistryError(f"{where}: {failure.detail()}")
+
         while True:
             hdrs = dict(headers or {})
             if self._token:
@@ -178,18 +191,15 @@ class RegistryClient:
                 resp = http.send(self.http, method, url, deadline=deadline, headers=hdrs, data=data, params=params,
                                  timeout=deadline.timeout(*self.timeout),
                                  auth=self._basic if not self._token else None, allow_redirects=True)  # fmt: skip
-            except http.HttpProblem as exc:
-                raise RegistryError(f"{where}: {exc.message}") from None
-            except (requests.ConnectionError, requests.Timeout) as exc:
+            except http.TRANSPORT_ERRORS as exc:
+                failure = http.failure(exc, url)
+                if not failure.transient or isinstance(exc, http.HttpProblem):
+                    raise problem(failure) from None
                 if attempt < retries and deadline.left() > self.backoff * 2**attempt:
                     time.sleep(self.backoff * 2**attempt)
                     attempt += 1
                     continue
-                raise RegistryError(f"{where}: no answer after {attempt + 1} tries ({exc.__class__.__name__})") from None
-            except requests.RequestException as exc:
-                raise RegistryError(f"{where}: request failed ({exc.__class__.__name__})") from None
-            except UnicodeError:
-                raise RegistryError(f"{where}: the request cannot be encoded (a header is not latin-1)") from None
+                raise RegistryError(f"{where}: no answer after {attempt + 1} tries: {failure.detail()}") from None
             if resp.status_code == 401 and not authed:
                 challenge = resp.headers.get("WWW-Authenticate", "")
                 resp.close()
@@ -203,10 +213,8 @@ class RegistryClient:
                     "(set SPARK_IMAGES_REGISTRY_USER/PASSWORD)"
                 )
             if resp.status_code in http.RETRY_STATUSES and resp.status_code not in ok and attempt < retries:
-                try:
+                with http.mapped(url, problem):
                     http.wait_to_retry(resp, deadline, attempt, self.backoff, url)
-                except http.HttpProblem as exc:
-                    raise RegistryError(f"{where}: {exc.message}") from None
                 attempt += 1
                 continue
             if resp.status_code >= 500 and resp.status_code not in ok and attempt < retries:
@@ -219,20 +227,12 @@ class RegistryClient:
             if resp.status_code not in ok:
                 status = resp.status_code
                 resp.close()
-                hint = {
-                    401: "not authorized (private repository? set SPARK_IMAGES_REGISTRY_USER/PASSWORD)",
-                    403: "forbidden",
-                    404: "not found (check the repository name, tag or digest)",
-                    429: "too many requests (try again later)",
-                }.get(status, "")
-                raise RegistryError(f"{where}: HTTP {status}{' ' + hint if hint else ''}")
+                hint, fix = _STATUS_WORDS.get(status, ("", ""))
+                raise problem(http.status_failure(url, status, hint, fix))
             if not stream:
                 try:
-                    body = b"" if method == "HEAD" else http.read_body(resp, deadline=deadline, url=url, cap=cap)
-                except http.HttpProblem as exc:
-                    raise RegistryError(f"{where}: {exc.message}") from None
-                except requests.RequestException as exc:
-                    raise RegistryError(f"{where}: the answer broke off ({exc.__class__.__name__})") from None
+                    with http.mapped(url, problem, reading=True):
+                        body = b"" if method == "HEAD" else http.read_body(resp, deadline=deadline, url=url, cap=cap)
                 finally:
                     resp.close()
                 resp._content = body  # what `resp.content` hands out: read once, within the cap
@@ -351,12 +351,11 @@ class RegistryClient:
             except http.TooLarge:
                 raise RegistryError(f"{where}: more than the declared {desc.size} bytes") from None
             except http.HttpProblem as exc:
-                raise RegistryError(f"{where}: {exc.message}") from None
+                raise RegistryError(f"{where}: {http.failure(exc, path).detail()}") from None
             except requests.RequestException as exc:
+                failure = http.failure(exc, path, reading=True)
                 if resumes >= self.retries or deadline.expired():
-                    raise RegistryError(
-                        f"{where}: download broke off {resumes + 1} times ({exc.__class__.__name__})"
-                    ) from None
+                    raise RegistryError(f"{where}: download broke off {resumes + 1} times: {failure.detail()}") from None
                 resumes += 1
                 time.sleep(min(self.backoff * 2 ** (resumes - 1), max(0.0, deadline.left())))
                 continue

@@ -10,6 +10,13 @@ already over it), so an endless body costs one chunk of memory, not the
 machine's. 429 and 503 answers are retried after `Retry-After` (or a backoff)
 only while that wait still fits in the deadline.
 
+Every failure of a call is put in words in one place, `failure()`: a timeout,
+a refused connection, a name that does not resolve, a TLS handshake, an
+oversized or broken answer, a bad status. It gives a `Failure` (what happened,
+the fix, whether a retry may help); callers wrap its line in their own error
+type, directly or through `mapped()`, and never classify transport
+exceptions themselves.
+
 `SPARK_IMAGES_HTTP_TIMEOUT` (seconds) overrides the deadline of metadata calls
 (manifests, tokens, index pages) for slow links; downloads get a deadline
 that grows with their declared size.
@@ -25,7 +32,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import requests
 
@@ -65,6 +74,113 @@ class TooLarge(HttpProblem):
 
 def short_url(url: str, limit: int = 200) -> str:
     return short(url, limit)
+
+
+# --- the one mapping from transport errors to words ---------------------------------
+
+Kind = Literal[
+    "dns", "refused", "tls", "no-connection", "connect-timeout", "timeout",
+    "too-large", "broken", "redirects", "encoding", "bad-url", "status", "other",
+]  # fmt: skip
+_UNCONNECTED = frozenset({"dns", "refused", "tls", "no-connection", "connect-timeout", "encoding", "bad-url"})
+_TRANSIENT = frozenset({"refused", "no-connection", "connect-timeout", "timeout", "broken"})
+_DNS_WORDS = ("name or service not known", "nodename nor servname", "failed to resolve",
+              "temporary failure in name resolution", "no address associated", "getaddrinfo failed")  # fmt: skip
+
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (HttpProblem, requests.RequestException, UnicodeError)
+"""What `send`, `iter_body` and `read_body` raise when the exchange itself fails."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed exchange in words: the URL, what happened, what to do, and its kind.
+
+    `line()` is the one-line message ("URL: what (fix: ...)"); `detail()` is the
+    same without the URL, for a caller that names the place its own way.
+    """
+
+    url: str
+    what: str
+    fix: str = ""
+    kind: Kind = "other"
+    cause: str = ""  # the exception class, for a caller that reports it
+
+    @property
+    def timed_out(self) -> bool:
+        return self.kind in ("timeout", "connect-timeout")
+
+    @property
+    def connected(self) -> bool:
+        """Something accepted the connection (the failure came after it)."""
+        return self.kind not in _UNCONNECTED
+
+    @property
+    def transient(self) -> bool:
+        """Another try may get a different answer."""
+        return self.kind in _TRANSIENT
+
+    def detail(self) -> str:
+        return f"{self.what} (fix: {self.fix})" if self.fix else self.what
+
+    def line(self) -> str:
+        return f"{short_url(self.url)}: {self.detail()}"
+
+
+def _host(url: str) -> str:
+    try:
+        return short(urlsplit(url).hostname or url, 100)
+    except ValueError:
+        return short(url, 100)
+
+
+def failure(exc: BaseException, url: str, *, reading: bool = False) -> Failure:
+    """The words for a transport error of a call to `url`; `reading`: it broke while the body came in."""
+    cause = exc.__class__.__name__
+    slow = f"a slow link or server: raise {defaults.Env.HTTP_TIMEOUT} (seconds)"
+    if isinstance(exc, DeadlineExceeded):
+        return Failure(url, exc.message, slow, "timeout", cause)
+    if isinstance(exc, TooLarge):
+        return Failure(url, exc.message, "check that the URL names what it should; the answer is refused unread", "too-large", cause)
+    if isinstance(exc, HttpProblem):
+        return Failure(url, exc.message, "", "other", cause)
+    if isinstance(exc, UnicodeError):
+        return Failure(url, "the request cannot be encoded (a header is not latin-1)", "use ASCII in credentials and headers", "encoding", cause)
+    if isinstance(exc, requests.exceptions.SSLError):
+        return Failure(url, f"the TLS handshake failed ({cause})",
+                       "check the server's certificate (REQUESTS_CA_BUNDLE) or speak plain HTTP to a plain-HTTP server",
+                       "tls", cause)  # fmt: skip
+    if isinstance(exc, requests.ConnectTimeout):
+        return Failure(url, f"no connection in time ({cause})", f"check the network and the address; {slow}", "connect-timeout", cause)
+    if isinstance(exc, requests.Timeout):
+        return Failure(url, f"no answer in time ({cause})", slow, "timeout", cause)
+    if isinstance(exc, requests.TooManyRedirects):
+        return Failure(url, "too many redirects", "check the URL; the server sends it round in a loop", "redirects", cause)
+    if isinstance(exc, requests.exceptions.InvalidURL | requests.exceptions.MissingSchema | requests.exceptions.InvalidSchema):
+        return Failure(url, f"not a URL that can be fetched ({cause})", "check the URL", "bad-url", cause)
+    if reading or isinstance(exc, requests.exceptions.ChunkedEncodingError | requests.exceptions.ContentDecodingError):
+        return Failure(url, f"the answer broke off ({cause})", "try again; check the network or proxy", "broken", cause)
+    if isinstance(exc, requests.ConnectionError):
+        text = str(exc).lower()
+        if any(word in text for word in _DNS_WORDS):
+            return Failure(url, f"no such host {_host(url)!r}", "check the host name", "dns", cause)
+        if "refused" in text:
+            return Failure(url, "connection refused", "check that the server runs and listens on that host and port", "refused", cause)
+        return Failure(url, f"no connection ({cause})", "check the network and the address", "no-connection", cause)
+    return Failure(url, f"the request failed ({cause})", "", "other", cause)
+
+
+def status_failure(url: str, status: int, hint: str = "", fix: str = "") -> Failure:
+    """The words for an answer with a status the caller did not expect."""
+    return Failure(url, f"HTTP {status}" + (f" {hint}" if hint else ""), fix, "status", f"HTTP {status}")
+
+
+@contextlib.contextmanager
+def mapped(url: str, error: Callable[[Failure], BaseException], *, reading: bool = False) -> Iterator[None]:
+    """Run the block; a transport error becomes `error(failure(...))`, its traceback dropped."""
+    try:
+        yield
+    except TRANSPORT_ERRORS as exc:
+        raise error(failure(exc, url, reading=reading)) from None
 
 
 def meta_deadline_s() -> float:
