@@ -198,6 +198,7 @@ def _text(section: dict[str, Any]) -> str:
         lines += [f"      warn: {w}" for w in c.get("warnings", [])[:6]]
     if section.get("selected"):
         lines.append(f"selected: {section['selected']['serve_command']}")
+    lines += [f"  {run.get('line', '')}" for run in section.get("recipes", [])]
     return "\n".join(lines)
 
 
@@ -335,6 +336,25 @@ def run(args: argparse.Namespace) -> int:
             volumes=_volumes(args.volume),
             progress=progress,
         )
+        if args.profile is not None:
+            section = _with_profile_recipes(args, section, gpus, opts)
         if section["status"] == "skipped" and args.require_gpu:
             raise EnvironmentProblem(f"coherence: {section['reason']} (--require-gpu)")
     return _finish(args, section)
+
+
+def _with_profile_recipes(args: argparse.Namespace, section: dict[str, Any], gpus: str | None, opts: Any) -> dict[str, Any]:
+    """The section with a run of each recipe the profile's gate serves (`verify.coherence.recipes`),
+    each with its own exact command (no --serve-arg, --env or --model applies to it)."""
+    from spark_images.buildline.resolve import base_dir_of, read_recipes
+    from spark_images.coherence.recipe_gate import gate_recipes
+    from spark_images.profiles.profile import load_profile
+    from spark_images.recipes import gate as recipe_rules
+
+    recipes = read_recipes(load_profile(args.profile), base_dir_of(args.profile))
+    if not recipes:
+        return section
+    _, at, digest = args.image.partition("@")
+    runs = gate_recipes(args.image, recipes, digest=digest if at else args.image, gpus=gpus,
+                        assume_gpu=args.assume_gpu, options=opts, volumes=_volumes(args.volume), progress=_progress)  # fmt: skip
+    return recipe_rules.with_recipes(section, runs)

@@ -114,10 +114,12 @@ def _profile_file(arg: str, entry: Mapping[str, Any], lock_path: Path) -> Path:
     return found
 
 
-def _matrix(path: Path) -> list[rules.Combo]:
-    """(model, moe, linear, kv) of every combination `plan` lists for the profile."""
+def _matrix(path: Path) -> tuple[list[rules.Combo], list[str]]:
+    """(model, moe, linear, kv) of every combination `plan` lists for the profile, and the recipes its gate serves."""
     plan = resolve_profile(path).plan
-    return [] if plan.coherence is None else [tuple(c) for c in plan.coherence.combinations]  # type: ignore[misc]
+    if plan.coherence is None:
+        return [], []
+    return [tuple(c) for c in plan.coherence.combinations], list(plan.coherence.recipes)  # type: ignore[misc]
 
 
 def _with_gate_result(
@@ -134,8 +136,10 @@ def _with_gate_result(
     problems = rules.gate_result_problems(doc, str(entry.get("digest")), display_path(path))
     if problems:
         raise Finding(*problems)
-    matrix = _matrix(_profile_file(profile_arg, entry, lock_path))
+    matrix, recipes = _matrix(_profile_file(profile_arg, entry, lock_path))
     problems = rules.matrix_problems(rules.coherence_section(doc) or {}, matrix, display_path(path))
+    problems += rules.recipe_problems(rules.coherence_section(doc) or {}, recipes, str(entry.get("digest")),
+                                      display_path(path))  # fmt: skip
     if problems:
         raise Finding(*problems)
     section = rules.coherence_section(doc) or {}
