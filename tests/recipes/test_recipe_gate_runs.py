@@ -50,6 +50,13 @@ def test_the_plan_carries_the_profiles_recipes_read_and_checked(tmp_path: Path) 
     assert [r.name for r in resolved.recipes] == ["gpt-oss-20b"]
     assert resolved.recipes[0].path == "recipes/gpt-oss-20b.yaml"
     assert list(resolved.plan.to_json()["coherence"]["recipes"]) == ["gpt-oss-20b"]
+    # `plan` shows each recipe the gate serves with its exact command
+    proc = run_cli(["plan", str(path), "--json"])
+    assert proc.returncode == 0, proc.stderr
+    (shown,) = json.loads(proc.stdout)["coherence"]["recipes"]
+    assert shown["argv"] == gate.serve_command(resolved.recipes[0])[0] and shown["file"] == "recipes/gpt-oss-20b.yaml"
+    text = run_cli(["plan", str(path)]).stdout
+    assert "recipe gpt-oss-20b: vllm serve openai/gpt-oss-20b --enable-prefix-caching --revision" in text
     # a profile without recipes plans exactly as before (plan.json is part of the image)
     plain = resolve_profile(REPO / "profiles" / "cu129.yaml").plan.to_json()
     assert "recipes" not in plain["coherence"]
