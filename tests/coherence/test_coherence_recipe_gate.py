@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -131,4 +132,23 @@ def test_an_incoherent_recipe_fails_the_gate_with_its_line(fake_vllm_image: str,
     assert not gate.counts_as_passed(run)
     section = gate.with_recipes({"status": "passed", "combinations": []}, runs)
     assert section["status"] == "failed" and section["reason"].startswith("recipe fake-wrong failed on sha256:ee")
+    assert leftover_containers(owner=os.getpid()) == []
+
+
+def test_coherence_with_a_profile_serves_its_recipes_too(fake_vllm_image: str, tmp_path: Path) -> None:
+    env = {"FAKE_VLLM_TOKS_PER_S": "300", "FAKE_VLLM_STARTUP_S": "0.5"}
+    path = project(tmp_path, {"fake-chat": recipe("fake-chat", env)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "spark_images", "coherence", fake_vllm_image, "--profile", str(path), "--gpus", "none",
+         "--assume-gpu", "--json", "--api", "completions", "--speed-tokens", "32", "--health-timeout", "60"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    section = json.loads(proc.stdout)
+    assert section["status"] == "passed" and [c["model"] for c in section["combinations"]] == ["org/m"]
+    (run,) = section["recipes"]
+    assert run["status"] == "passed" and run["ran"] == {"argv": run["argv"], "env": env}
+    assert run["argv"][:4] == ["vllm", "serve", "org/fake-chat", "--served-model-name"]
+    assert run["line"] == f"recipe fake-chat passed on {fake_vllm_image} at {run['decode_tok_s']:g} tok/s"
+    assert "recipe fake-chat: starting" in proc.stderr
     assert leftover_containers(owner=os.getpid()) == []

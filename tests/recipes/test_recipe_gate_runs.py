@@ -191,3 +191,24 @@ def test_a_failed_or_skipped_recipe_fails_a_gate_that_ran() -> None:
     assert section["status"] == "failed" and "recipe gpt-oss-20b skipped" in section["reason"]
     still = gate.with_recipes({"status": "skipped", "reason": "no sm_121 GPU (no nvidia-smi)"}, [skipped])
     assert still["status"] == "skipped" and still["reason"] == "no sm_121 GPU (no nvidia-smi)"
+
+
+def test_coherence_with_a_profile_skips_its_recipes_without_a_spark(tmp_path: Path) -> None:
+    found = gpu.detect_sm121()
+    if found.ok:
+        pytest.skip("this host has an sm_121 GPU: the gate would serve the recipes")
+    path = project(tmp_path, ["gpt-oss-20b"], {"gpt-oss-20b": shipped("gpt-oss-20b")})
+    proc = run_cli(["coherence", f"r.example/x@{DIGEST}", "--profile", str(path), "--json"])
+    assert proc.returncode == 0, proc.stderr
+    section = json.loads(proc.stdout)
+    assert section["status"] == "skipped"
+    (run,) = section["recipes"]
+    assert run["status"] == "skipped" and run["digest"] == DIGEST
+    assert run["line"] == f"recipe gpt-oss-20b skipped on {DIGEST}: no sm_121 GPU ({found.reason})"
+    text = run_cli(["coherence", f"r.example/x@{DIGEST}", "--profile", str(path)]).stdout
+    assert run["line"] in text
+    # a profile naming a recipe meant for another line is refused before anything is served
+    (tmp_path / "recipes" / "gpt-oss-20b.yaml").write_text(yaml.safe_dump({**shipped("gpt-oss-20b"), "profiles": ["cu129"]}))
+    proc = run_cli(["coherence", f"r.example/x@{DIGEST}", "--profile", str(path), "--json"])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "verify.coherence.recipes[0]" in proc.stderr and "not cu130" in proc.stderr
