@@ -7,7 +7,10 @@ allow the lock). Each entry says which it is:
   skipped (no sm_121 GPU where it was built); no tag points at it;
 - `state: "promoted"`: `publish` proved it on a DGX Spark (`promote` with a
   passed coherence record of this digest) and moved its tags.
-An entry without `state` (older locks) is a candidate. Writes are atomic and
+An entry without `state` (older locks) is a candidate. `recipes` holds one
+line per recipe of the profile's `verify.coherence.recipes` ("recipe X passed
+on D at T tok/s", or skipped with the reason); a promoted entry's lines all
+passed, on its own digest. Writes are atomic and
 serialised with an flock on the lock's directory, so two builds finishing at
 once do not lose each other's entry.
 
