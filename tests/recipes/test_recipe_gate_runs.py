@@ -154,6 +154,14 @@ def test_the_lock_schema_holds_recipe_lines_and_refuses_a_pass_without_its_speed
     entry["recipes"] = [other]  # type: ignore[list-item]
     fields = [p.field for p in lock.entry_problems(entry, "images.lock.json", "cu130")]
     assert fields == ["images.cu130.recipes[0].digest"]
+    # promoted with a recipe that did not pass: refused, as a promoted entry whose coherence was skipped is
+    entry["recipes"] = [{"recipe": "gpt-oss-20b", "status": "skipped", "line": "x"}]  # type: ignore[typeddict-item]
+    entry["state"] = lock.PROMOTED
+    found = lock.entry_problems(entry, "images.lock.json", "cu130")
+    assert [p.field for p in found] == ["images.cu130.recipes[0]", "images.cu130.state"]
+    assert "did not pass" in found[1].message and "skipped without a reason" in found[0].message
+    entry["recipes"] = "all passed"  # type: ignore[typeddict-item]
+    assert [p.field for p in lock.entry_problems(entry, "images.lock.json", "cu130")] == ["images.cu130.recipes"]
 
 
 def test_publish_needs_a_passed_run_of_every_listed_recipe_on_the_digest() -> None:
