@@ -166,18 +166,28 @@ def test_the_lock_schema_holds_recipe_lines_and_refuses_a_pass_without_its_speed
 
 def test_publish_needs_a_passed_run_of_every_listed_recipe_on_the_digest() -> None:
     recipe = load_recipe(REPO / "recipes" / "gpt-oss-20b.yaml")
+    command = gate.serve_command(recipe)
+    wants = {"gpt-oss-20b": command}
     skipped = gate.skipped(recipe, DIGEST, "no sm_121 GPU (no nvidia-smi)")
-    problems = rules.recipe_problems({"recipes": [skipped]}, ["gpt-oss-20b"], DIGEST, "rec.json")
+    problems = rules.recipe_problems({"recipes": [skipped]}, wants, DIGEST, "rec.json")
     assert [p.field for p in problems] == ["coherence.recipes[0]"] and "skipped" in problems[0].message
-    missing = rules.recipe_problems({"recipes": []}, ["gpt-oss-20b"], DIGEST, "rec.json")
+    missing = rules.recipe_problems({"recipes": []}, wants, DIGEST, "rec.json")
     assert "no run of recipe gpt-oss-20b" in missing[0].message
-    argv, env = gate.serve_command(recipe)
+    argv, env = command
     checked = {"status": "passed", "reasons": [], "speed": {"decode_tokens_per_s": 52.25}}
     passed = gate.judge_run(recipe, checked, digest=DIGEST, gpu="sm_121", ran={"argv": argv, "env": env})
     assert gate.counts_as_passed(passed) and passed["line"] == f"recipe gpt-oss-20b passed on {DIGEST} at 52.25 tok/s"
-    assert rules.recipe_problems({"recipes": [passed]}, ["gpt-oss-20b"], DIGEST, "rec.json") == []
-    elsewhere = rules.recipe_problems({"recipes": [passed]}, ["gpt-oss-20b"], "sha256:" + "00" * 32, "rec.json")
+    assert rules.recipe_problems({"recipes": [passed]}, wants, DIGEST, "rec.json") == []
+    elsewhere = rules.recipe_problems({"recipes": [passed]}, wants, "sha256:" + "00" * 32, "rec.json")
     assert [p.field for p in elsewhere] == ["coherence.recipes[0].digest"]
+    # a record that claims a pass its evidence does not show, or for another command, stands for nothing
+    claims = {**passed, "checks": {**checked, "reasons": ["open prompt: loops"]}}
+    assert [p.field for p in rules.recipe_problems({"recipes": [claims]}, wants, DIGEST, "r")] == ["coherence.recipes[0].checks"]
+    changed = {"gpt-oss-20b": ([*argv, "--enforce-eager"], env)}
+    found = rules.recipe_problems({"recipes": [passed]}, changed, DIGEST, "r")
+    assert [p.field for p in found] == ["coherence.recipes[0].argv"] and "recipe file gives it now" in found[0].message
+    unseen = {**passed, "ran": None}
+    assert [p.field for p in rules.recipe_problems({"recipes": [unseen]}, wants, DIGEST, "r")] == ["coherence.recipes[0].ran"]
     # the container ran something else: not the recipe, so not a pass, whatever it answered
     wrong = gate.judge_run(recipe, checked, digest=DIGEST, gpu="sm_121", ran={"argv": argv[:-2], "env": env})
     assert wrong["status"] == "failed" and "not the recipe's exact command" in wrong["reason"]

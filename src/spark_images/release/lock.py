@@ -159,6 +159,8 @@ _CUBINS = {
     "gpu": Field(str, required=False, doc="the GPU the verdict is for, e.g. sm_121"),
     "key": Field(dict, required=False, doc="what the verdict was computed for: digest, tool_version, gpu, globs"),
 }
+
+
 def _rate(value: Any) -> str | None:
     return None if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else "must be a number above 0"
 
@@ -173,6 +175,8 @@ _RECIPE = {
     "reason": Field(str, required=False, max_length=2048, doc="why it was skipped"),
     "line": Field(str, max_length=4096, doc="'recipe X passed on DIGEST at T tok/s', or why it did not"),
 }
+
+
 # base_image, fixes_required, source_date_epoch and tags: always written, but locks written
 # before them are still read (as they always were)
 def _pr_numbers(value: list[Any]) -> str | None:

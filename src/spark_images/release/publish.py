@@ -308,12 +308,37 @@ def matrix_problems(section: Mapping[str, Any], matrix: Sequence[Combo], file: s
     return problems
 
 
-def recipe_problems(section: Mapping[str, Any], names: Sequence[str], digest: str, file: str) -> list[Problem]:
+Command = tuple[list[str], dict[str, str]]  # a recipe's exact (argv, env), as `recipes.gate.serve_command` gives it
+
+
+def _evidence_problem(run: Mapping[str, Any], command: Command, digest: str) -> tuple[str, str] | None:
+    """(field, why) when a recipe run that says it passed does not show it, else None."""
+    argv, env = command
+    rate = run.get("decode_tok_s")
+    checks = run.get("checks")
+    if not recipe_gate.counts_as_passed(dict(run)):
+        status, reason = repr(run.get("status"))[:40], str(run.get("reason") or "")[:200]
+        return "", f"did not pass (status {status}" + (f": {reason})" if reason else ")")
+    if run.get("digest") != digest:
+        return ".digest", f"ran on {str(run.get('digest'))[:80]!r}, not on the locked digest {digest}"
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+        return ".decode_tok_s", "has no measured speed"
+    if not (isinstance(checks, Mapping) and checks.get("status") == PASSED and checks.get("reasons") == []):
+        return ".checks", "says passed, but its checks do not show it"
+    if run.get("argv") != argv or run.get("env") != env:
+        return ".argv", "was not served with the recipe's command as the profile's recipe file gives it now"
+    if run.get("ran") != {"argv": argv, "env": env}:
+        return ".ran", "the container did not run the recipe's exact command"
+    return None
+
+
+def recipe_problems(section: Mapping[str, Any], commands: Mapping[str, Command], digest: str, file: str) -> list[Problem]:
     """Why a coherence record does not stand for the recipes the profile's gate serves.
 
-    Every recipe the profile lists must have a run in the record that passed
-    by its own evidence (coherent, a measured speed, `recipes.gate.counts_as_passed`)
-    on this very digest; a skipped recipe is never a pass.
+    `commands` maps each recipe the profile lists to its exact command. Each
+    must have a run in the record that passed by its own evidence: coherent
+    (its checks passed), a measured speed, on this very digest, served with
+    that command and seen run by the container. A skipped recipe is never a pass.
     """
 
     def bad(field: str, message: str, fix: str) -> Problem:
@@ -323,21 +348,16 @@ def recipe_problems(section: Mapping[str, Any], names: Sequence[str], digest: st
     listed = [r for r in runs if isinstance(r, Mapping)] if isinstance(runs, list) else []
     by_name = {r.get("recipe"): (i, r) for i, r in enumerate(listed)}
     problems: list[Problem] = []
-    fix = "serve the profile's recipes on a DGX Spark (`spark-images build`, or `spark-images coherence IMAGE@DIGEST --profile PROFILE`) and pass its record"
-    for name in names:
+    fix = ("serve the profile's recipes on a DGX Spark (`spark-images build`, or "
+           "`spark-images coherence IMAGE@DIGEST --profile PROFILE`) and pass its record")  # fmt: skip
+    for name, command in commands.items():
         if name not in by_name:
             problems.append(bad("coherence.recipes", f"the record has no run of recipe {name}", fix))
             continue
         i, run = by_name[name]
-        if not recipe_gate.counts_as_passed(dict(run)):
-            status, reason = repr(run.get("status"))[:40], str(run.get("reason") or "")[:200]
-            problems.append(bad(f"coherence.recipes[{i}]", f"recipe {name} did not pass (status {status}"
-                                + (f": {reason})" if reason else ")"), fix))
-        elif run.get("digest") != digest:
-            problems.append(bad(f"coherence.recipes[{i}].digest",
-                                f"recipe {name} ran on {str(run.get('digest'))[:80]!r}, not on the locked digest {digest}", fix))
-        elif not isinstance(run.get("decode_tok_s"), int | float) or not math.isfinite(run["decode_tok_s"]) or run["decode_tok_s"] <= 0:
-            problems.append(bad(f"coherence.recipes[{i}].decode_tok_s", f"recipe {name} has no measured speed", fix))
+        found = _evidence_problem(run, command, digest)
+        if found is not None:
+            problems.append(bad(f"coherence.recipes[{i}]{found[0]}", f"recipe {name} {found[1]}", fix))
     return problems
 
 
