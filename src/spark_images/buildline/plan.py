@@ -45,6 +45,8 @@ class CoherencePlan:
     kv_cache_dtypes: tuple[str, ...]
     # (model, moe_backend, linear_backend, kv_cache_dtype), no repeats
     combinations: tuple[tuple[str, str, str, str], ...]
+    # recipes/NAME.yaml the gate serves with their exact command (read and checked by `resolve`)
+    recipes: tuple[str, ...] = ()
 
 
 def _backend(value: str) -> str:
@@ -74,6 +76,7 @@ def coherence_plan(profile: Profile) -> CoherencePlan | None:
         linear_backends=settings.linear_backends,
         kv_cache_dtypes=settings.kv_cache_dtypes,
         combinations=tuple(combos),
+        recipes=settings.recipes,
     )
 
 
@@ -138,6 +141,8 @@ class BuildPlan:
         if self.coherence is not None:
             keys = ("model", "moe_backend", "linear_backend", "kv_cache_dtype")
             doc["coherence"]["combinations"] = [dict(zip(keys, c, strict=True)) for c in self.coherence.combinations]
+            if not self.coherence.recipes:  # a plan without recipes stays as it was (plan.json is in the image)
+                del doc["coherence"]["recipes"]
         return doc
 
 

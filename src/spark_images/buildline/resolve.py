@@ -1,6 +1,7 @@
 """A profile file -> a checked Profile and its BuildPlan (the spine's thin edge).
 
-Reads the profile and the files it names (patches, requirements lock), applies
+Reads the profile and the files it names (patches, requirements lock, the
+recipes its gate serves), applies
 the schema and the toolchain rules, and raises one `Finding` carrying every
 error at once. Warnings are returned, not raised. Paths inside a profile are
 relative to the directory that holds the `profiles/` folder (the project
@@ -22,6 +23,8 @@ from spark_images.profiles import reqlock
 from spark_images.profiles.patches import PATCH_LIMIT
 from spark_images.profiles.profile import Profile, load_profile
 from spark_images.profiles.toolchain import check_profile
+from spark_images.recipes import gate as recipe_gate
+from spark_images.recipes.model import RECIPE_LIMIT, Recipe, parse_recipe
 
 LOCK_LIMIT = 4 * inputs.MiB
 _FIX_PATH = "paths are relative to the folder that holds profiles/"
@@ -33,6 +36,7 @@ class Resolved:
     plan: BuildPlan
     warnings: tuple[Problem, ...]
     base_dir: Path
+    recipes: tuple[Recipe, ...] = ()  # the plan's coherence recipes, read and checked, in its order
 
 
 def inside_project(base: Path, rel: str) -> Path | None:
@@ -111,21 +115,64 @@ def _patch_problems(profile: Profile, base: Path, texts: dict[str, str]) -> list
     return problems
 
 
+def read_recipes(profile: Profile, base: Path) -> tuple[Recipe, ...]:
+    """The recipes the profile's gate serves, read and checked; Finding naming each bad one."""
+    recipes: list[Recipe] = []
+    problems = _recipe_problems(profile, base, recipes)
+    if problems:
+        raise Finding(*problems)
+    return tuple(recipes)
+
+
+def _recipe_problems(profile: Profile, base: Path, out: list[Recipe]) -> list[Problem]:
+    """Read each recipe the profile's gate serves (recipes/NAME.yaml under the project):
+    it must exist, validate, and be meant for this profile and servable by its gate."""
+    settings = profile.verify.coherence
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for i, name in enumerate(settings.recipes if settings else ()):
+        field = f"verify.coherence.recipes[{i}]"
+        rel = recipe_gate.recipe_file(name)
+        if name in seen:
+            problems.append(Problem(profile.path, field, f"{name} is listed twice", "list each recipe once"))
+            continue
+        seen.add(name)
+        text, found = read_project_file(profile, base, rel, field, "recipe", RECIPE_LIMIT)
+        if text is None:
+            fix = f"add {rel} (see recipes/gpt-oss-120b.yaml), or drop {name} from the list"
+            problems.extend(Problem(p.file, p.field, p.message, fix) if "does not exist" in p.message else p for p in found)
+            continue
+        try:
+            recipe = parse_recipe(text, rel)
+        except SparkImagesError as exc:  # the recipe's own lines name its file and field
+            fix = f"see `spark-images schema recipe`, or drop {name} from {profile.path} {field}"
+            problems.extend(p if p.fix else Problem(p.file, p.field, p.message, fix) for p in exc.problems)
+            continue
+        found = recipe_gate.profile_problems(recipe, profile.name, profile.path, field)
+        problems.extend(found)
+        if not found:
+            out.append(recipe)
+    return problems
+
+
 def base_dir_of(profile_path: str | Path) -> Path:
     return Path(profile_path).resolve().parent.parent
 
 
 def resolve_profile(path: str | Path, *, read_lock: bool = True) -> Resolved:
-    """The checked profile and its plan. `read_lock=False` is for `audit PROFILE`:
-    the audit needs the commit, the required fixes and the patches (read here,
-    exactly as for the build), not the Python pins the lock holds."""
+    """The checked profile, its plan and the recipes its gate serves. `read_lock=False`
+    is for `audit PROFILE`: the audit needs the commit, the required fixes and the
+    patches (read here, exactly as for the build), not the Python pins the lock
+    holds nor the recipes."""
     profile = load_profile(path)
     base = base_dir_of(path)
     problems = check_profile(profile)
     texts: dict[str, str] = {}
     problems.extend(_patch_problems(profile, base, texts))
+    recipes: list[Recipe] = []
     if read_lock:
         problems.extend(_lock_problems(profile, base))
+        problems.extend(_recipe_problems(profile, base, recipes))
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise Finding(*errors)
@@ -138,4 +185,5 @@ def resolve_profile(path: str | Path, *, read_lock: bool = True) -> Resolved:
         plan=make_plan(profile, texts, profile_path=relative),
         warnings=tuple(p for p in problems if p.severity == "warning"),
         base_dir=base,
+        recipes=tuple(recipes),
     )

@@ -3,7 +3,8 @@
 - the record's sections (`build/NAME/record.json`, and from it the terminal
   summary and the Markdown report); its `verdict` section is the `check` of
   the built archive (`CheckResult.to_json()`), with the gate's status;
-- the lock entry (`images.lock.json`), always a candidate;
+- the lock entry (`images.lock.json`), always a candidate, with one line per
+  recipe the gate served ("recipe X passed on D at T tok/s") or skipped;
 - the audit predicate (`build/NAME/audit-predicate.json`): what the audit
   found, for an attestation of the digest. What the audit found never goes
   into the image: its labels come from the plan alone, so one plan gives one
@@ -30,6 +31,7 @@ from spark_images.buildline.stages import (
     StageError,
     Validated,
 )
+from spark_images.recipes import gate as recipe_gate
 from spark_images.release import lock
 
 AUDIT_PREDICATE_TYPE = "https://github.com/spark-images/spark-images/audit-predicate/v1"
@@ -171,6 +173,7 @@ def lock_entry(v: Validated, a: Audited, b: Built, s: Scanned, g: Gated, tags: l
         coherence={"status": g.status, **({"reason": g.reason} if g.reason else {})},
         source_date_epoch=b.source_date_epoch,
         tags=tags,
+        recipes=recipe_gate.lock_recipes(list(g.section.get("recipes") or [])),  # type: ignore[arg-type]
     )
 
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # types only: importing the stage results pulls in no stage
     from spark_images.buildline.plan import BuildPlan
     from spark_images.check.verdict import CheckResult
     from spark_images.cubins.report import CubinReport
+    from spark_images.recipes.model import Recipe
 
 PASSED = "passed"
 FAILED = "failed"
@@ -59,6 +60,7 @@ class Validated:
     plan: BuildPlan
     base_dir: Path
     warnings: tuple[str, ...] = ()
+    recipes: tuple[Recipe, ...] = ()  # what plan.coherence.recipes names, read and checked at validate
 
 
 @dataclass(frozen=True)

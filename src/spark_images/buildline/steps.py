@@ -38,6 +38,7 @@ from spark_images.buildline.stages import (
     StageError,
     Validated,
 )
+from spark_images.coherence.checks import GateOptions
 from spark_images.core.errors import EnvironmentProblem, SparkImagesError
 from spark_images.engine import build as engine_build
 from spark_images.readers.images import ImageArchive
@@ -94,7 +95,7 @@ def validate(profile: Path, log: Log) -> Validated:
     warnings = tuple(w.line() for w in resolved.warnings)
     for line in warnings:
         log(f"[validate] {line}")
-    return Validated(plan=resolved.plan, base_dir=resolved.base_dir, warnings=warnings)
+    return Validated(plan=resolved.plan, base_dir=resolved.base_dir, warnings=warnings, recipes=resolved.recipes)
 
 
 def audit(v: Validated, vllm_repo: Path | None, log: Log) -> Audited:
@@ -228,8 +229,19 @@ def build(
     )
 
 
-def coherence(v: Validated, b: Built, log: Log) -> Gated:
+def coherence(
+    v: Validated, b: Built, log: Log, *, gpus: str | None = "all", assume_gpu: bool = False,
+    options: GateOptions | None = None,
+) -> Gated:
+    """The Spark gate on the built image: the profile's backend matrix, then each recipe
+    it lists served with its exact command; skipped (never passed) without an sm_121 GPU.
+
+    `gpus`, `assume_gpu` and `options` are the gate's own knobs, for a stand-in server in
+    tests (`assume_gpu` is recorded in the section, and publish refuses such a record).
+    """
     from spark_images import coherence as coherence_mod
+    from spark_images.coherence import recipe_gate
+    from spark_images.recipes import gate as recipe_rules
 
     settings = v.plan.coherence  # the plan's matrix, defaults applied: no Profile after planning
     image_ref = b.runnable
@@ -241,13 +253,18 @@ def coherence(v: Validated, b: Built, log: Log) -> Gated:
         kwargs["moe_backends"] = settings.moe_backends
     if settings.linear_backends:
         kwargs["linear_backends"] = settings.linear_backends
+    progress = lambda line: log(f"[coherence] {line}")  # noqa: E731
     try:
         section = dict(
             coherence_mod.gate_image(
-                image_ref, settings.models, serve_args=v.plan.serve_args,
-                progress=lambda line: log(f"[coherence] {line}"), **kwargs,  # type: ignore[arg-type]
+                image_ref, settings.models, serve_args=v.plan.serve_args, gpus=gpus, assume_gpu=assume_gpu,
+                options=options, progress=progress, **kwargs,  # type: ignore[arg-type]
             )
         )  # fmt: skip
+        if v.recipes:
+            runs = recipe_gate.gate_recipes(image_ref, v.recipes, digest=b.digest, gpus=gpus,
+                                            assume_gpu=assume_gpu, options=options, progress=progress)  # fmt: skip
+            section = recipe_rules.with_recipes(section, runs)
     except SparkImagesError as exc:
         raise StageError.of("coherence", exc) from exc
     status = str(section.get("status"))

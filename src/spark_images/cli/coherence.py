@@ -218,6 +218,7 @@ def _text(section: dict[str, Any]) -> str:
         lines.append(f"rounds: {section['rounds']['rounds']}, served in order {' '.join(served)}")
     if section.get("selected"):
         lines.append(f"selected: {section['selected']['serve_command']}")
+    lines += [f"  {run.get('line', '')}" for run in section.get("recipes", [])]
     return "\n".join(lines)
 
 
@@ -366,6 +367,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.image:
             raise _usage("IMAGE", "an image is required unless --endpoint is given", "spark-images coherence REPO@sha256:... --model M")
         gpus = None if args.gpus.lower() == "none" else args.gpus
+        recipes = _profile_recipes(args)
         section = gate_image(
             args.image,
             args.model,
@@ -380,6 +382,32 @@ def run(args: argparse.Namespace) -> int:
             volumes=_volumes(args.volume),
             progress=progress,
         )
+        if recipes:
+            section = _with_recipes(args, section, recipes, gpus, opts)
         if section["status"] == "skipped" and args.require_gpu:
             raise EnvironmentProblem(f"coherence: {section['reason']} (--require-gpu)")
     return _finish(args, section)
+
+
+def _profile_recipes(args: argparse.Namespace) -> tuple[Any, ...]:
+    """The recipes the profile's gate serves (`verify.coherence.recipes`), read and checked
+    before anything is served: a bad one is one line (exit 1)."""
+    if args.profile is None:
+        return ()
+    from spark_images.buildline.resolve import base_dir_of, read_recipes
+    from spark_images.profiles.profile import load_profile
+
+    return read_recipes(load_profile(args.profile), base_dir_of(args.profile))
+
+
+def _with_recipes(args: argparse.Namespace, section: dict[str, Any], recipes: tuple[Any, ...], gpus: str | None,
+                  opts: Any) -> dict[str, Any]:
+    """The section with a run of each recipe, each with its own exact command
+    (no --serve-arg, --env or --model applies to it); the digest is IMAGE's."""
+    from spark_images.coherence.recipe_gate import gate_recipes
+    from spark_images.recipes import gate as recipe_rules
+
+    _, at, digest = args.image.partition("@")
+    runs = gate_recipes(args.image, recipes, digest=digest if at else args.image, gpus=gpus,
+                        assume_gpu=args.assume_gpu, options=opts, volumes=_volumes(args.volume), progress=_progress)  # fmt: skip
+    return recipe_rules.with_recipes(section, runs)

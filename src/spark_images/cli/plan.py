@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from datetime import date
 from pathlib import Path
@@ -28,6 +29,8 @@ from spark_images.buildline.resolve import Resolved, resolve_profile
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.coherence import verdict
 from spark_images.core.errors import UsageError
+from spark_images.recipes import gate as recipe_gate
+from spark_images.recipes.model import Recipe
 from spark_images.release import lock as lockfile
 from spark_images.release import publish as rules
 
@@ -50,6 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def _recipe_doc(recipe: Recipe) -> dict[str, Any]:
+    argv, env = recipe_gate.serve_command(recipe)
+    return {"recipe": recipe.name, "file": recipe.path, "argv": argv, "env": env}
+
+
 def coherence_matrix(resolved: Resolved) -> dict[str, Any] | None:
     """The profile's verify.coherence settings and the combinations the gate tries, in order."""
     settings = resolved.profile.verify.coherence
@@ -65,6 +73,8 @@ def coherence_matrix(resolved: Resolved) -> dict[str, Any] | None:
         "linear_backends": list(settings.linear_backends) if settings.linear_backends is not None else None,
         "kv_cache_dtypes": list(settings.kv_cache_dtypes),
         "combinations": [c.to_json() for c in combos],
+        # each recipe the gate serves, with the exact command (read and checked by resolve)
+        "recipes": [_recipe_doc(r) for r in resolved.recipes],
     }
 
 
@@ -145,6 +155,7 @@ def _text(doc: dict[str, Any]) -> str:
         lines.append(f"  coherence  {len(matrix['combinations'])} combination(s):")
         lines += [f"    {c['model']} moe={c['moe_backend']} linear={c['linear_backend']} kv={c['kv_cache_dtype']}"
                   for c in matrix["combinations"]]  # fmt: skip
+        lines += [f"    recipe {r['recipe']}: {shlex.join(r['argv'])}" for r in matrix["recipes"]]
     if "lock" in doc:
         entry = doc["lock"]
         lines.append(f"  lock       {entry['image']}" if entry else "  lock       no entry")

@@ -29,6 +29,7 @@ from spark_images.cli._common import add_json_flag, emit
 from spark_images.core import inputs
 from spark_images.core.errors import EnvironmentProblem, Finding, UsageError
 from spark_images.core.inputs import display_path
+from spark_images.recipes import gate as recipe_gate
 from spark_images.registry import tags as registry_tags
 from spark_images.release import lock as lockfile
 from spark_images.release import publish as rules
@@ -114,10 +115,13 @@ def _profile_file(arg: str, entry: Mapping[str, Any], lock_path: Path) -> Path:
     return found
 
 
-def _matrix(path: Path) -> list[rules.Combo]:
-    """(model, moe, linear, kv) of every combination `plan` lists for the profile."""
-    plan = resolve_profile(path).plan
-    return [] if plan.coherence is None else [tuple(c) for c in plan.coherence.combinations]  # type: ignore[misc]
+def _matrix(path: Path) -> tuple[list[rules.Combo], dict[str, rules.Command]]:
+    """(model, moe, linear, kv) of every combination `plan` lists for the profile, and the
+    exact command of each recipe its gate serves."""
+    resolved = resolve_profile(path)
+    commands = {r.name: recipe_gate.serve_command(r) for r in resolved.recipes}
+    coherence = resolved.plan.coherence
+    return ([] if coherence is None else [tuple(c) for c in coherence.combinations]), commands  # type: ignore[return-value]
 
 
 def _with_gate_result(
@@ -134,8 +138,10 @@ def _with_gate_result(
     problems = rules.gate_result_problems(doc, str(entry.get("digest")), display_path(path))
     if problems:
         raise Finding(*problems)
-    matrix = _matrix(_profile_file(profile_arg, entry, lock_path))
+    matrix, commands = _matrix(_profile_file(profile_arg, entry, lock_path))
     problems = rules.matrix_problems(rules.coherence_section(doc) or {}, matrix, display_path(path))
+    problems += rules.recipe_problems(rules.coherence_section(doc) or {}, commands, str(entry.get("digest")),
+                                      display_path(path))  # fmt: skip
     if problems:
         raise Finding(*problems)
     section = rules.coherence_section(doc) or {}

@@ -67,14 +67,37 @@ def run_in_container(
     volumes: Sequence[tuple[str, str]],
     progress: Progress,
 ) -> tuple[dict[str, Any], list[judge.Greedy]]:
+    argv = verdict.serve_argv(combo, extra_args=serve_args, host="0.0.0.0", port=CONTAINER_PORT)
+    doc, greedy, _ran = serve_in_container(image, argv, combo, opts, gpus=gpus, env=env, volumes=volumes,
+                                           progress=progress)  # fmt: skip
+    return doc, greedy
+
+
+def serve_in_container(
+    image: str,
+    argv: Sequence[str],
+    combo: Combination,
+    opts: GateOptions,
+    *,
+    gpus: str | None,
+    env: Mapping[str, str] | None,
+    volumes: Sequence[tuple[str, str]],
+    progress: Progress,
+) -> tuple[dict[str, Any], list[judge.Greedy], dict[str, Any] | None]:
+    """Serve `argv` (`vllm serve MODEL ...`, as given) and check `combo.model` on it.
+
+    Returns the combination record, the greedy samples, and what the engine
+    says the container ran (`argv`: entrypoint and arguments; `env`: the
+    variables of `env` as the container holds them), or None when it never started.
+    """
     from spark_images.engine import containers  # the only Docker-touching code of the gate
 
     watch = _LogWatch()
-    argv = verdict.serve_argv(combo, extra_args=serve_args, host="0.0.0.0", port=CONTAINER_PORT)
     started = time.monotonic()
     try:
-        with containers.served(image, argv[1:], on_line=watch.on_line, gpus=gpus, env=env,
-                               volumes=volumes, container_port=CONTAINER_PORT) as box:  # fmt: skip
+        with containers.served(image, list(argv[1:]), on_line=watch.on_line, gpus=gpus, env=env,
+                               volumes=volumes, container_port=CONTAINER_PORT, entrypoint=argv[0]) as box:  # fmt: skip
+            ran = box.command(keys=tuple(env or ()))
             outcome, waited = _check_container(box, combo, opts, watch, progress)
             with watch.lock:
                 doc = judge.combination_record(combo, outcome.doc, outcome.reasons, outcome.warnings, watch.scan,
@@ -83,8 +106,8 @@ def run_in_container(
     except containers.ImageCannotServe as exc:
         doc = judge.combination_record(combo, {}, [str(exc)], [], watch.scan, startup_s=0.0,
                                          wall_s=round(time.monotonic() - started, 2))  # fmt: skip
-        return doc, []
-    return doc, outcome.greedy
+        return doc, [], None
+    return doc, outcome.greedy, ran
 
 
 def _check_container(

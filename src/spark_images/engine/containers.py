@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from python_on_whales import DockerClient
 from python_on_whales.exceptions import DockerException, NoSuchContainer
@@ -47,6 +48,17 @@ class ServedContainer:
             return False, None
         st = inspected.state
         return bool(st.running), (None if st.running else st.exit_code)
+
+    def command(self, keys: tuple[str, ...] = ()) -> dict[str, Any] | None:
+        """What the engine says this container runs: its process argv, and the variables
+        named by `keys` as its environment holds them; None once it is gone."""
+        try:
+            inspected = self.docker.container.inspect(self.id)
+        except NoSuchContainer:
+            return None
+        env = dict(item.split("=", 1) for item in (inspected.config.env or []) if "=" in item)
+        return {"argv": [str(inspected.path), *(str(a) for a in inspected.args or [])],
+                "env": {k: env[k] for k in keys if k in env}}
 
 
 def _host_port(docker: DockerClient, container_id: str, container_port: int) -> int:

@@ -7,7 +7,10 @@ allow the lock). Each entry says which it is:
   skipped (no sm_121 GPU where it was built); no tag points at it;
 - `state: "promoted"`: `publish` proved it on a DGX Spark (`promote` with a
   passed coherence record of this digest) and moved its tags.
-An entry without `state` (older locks) is a candidate. Writes are atomic and
+An entry without `state` (older locks) is a candidate. `recipes` holds one
+line per recipe of the profile's `verify.coherence.recipes` ("recipe X passed
+on D at T tok/s", or skipped with the reason); a promoted entry's lines all
+passed, on its own digest. Writes are atomic and
 serialised with an flock on the lock's directory, so two builds finishing at
 once do not lose each other's entry.
 
@@ -77,9 +80,23 @@ class _Entry(TypedDict):
     tags: list[str]  # the human tags publish moved here
 
 
+class _RecipeLine(TypedDict):
+    recipe: str  # the recipe's name (recipes/NAME.yaml)
+    status: str  # "passed" | "skipped"
+    line: str  # "recipe X passed on sha256:... at T tok/s", or why it did not
+
+
+class RecipeLine(_RecipeLine, total=False):
+    file: str  # recipes/NAME.yaml
+    digest: str  # the digest it was served on: the entry's
+    decode_tok_s: float  # the measured batch-1 decode speed, when it passed
+    reason: str  # why it was skipped
+
+
 class LockEntry(_Entry, total=False):
     """One profile's image: `images.<profile name>` of the lock."""
 
+    recipes: list[RecipeLine]  # the profile's verify.coherence.recipes, as the gate left them
     state: str  # "candidate" (written by build; also when absent) | "promoted" (by publish)
     promoted: dict[str, str]  # {"coherence_image": "REPO@sha256:..."}, set by promote
 
@@ -142,6 +159,24 @@ _CUBINS = {
     "gpu": Field(str, required=False, doc="the GPU the verdict is for, e.g. sm_121"),
     "key": Field(dict, required=False, doc="what the verdict was computed for: digest, tool_version, gpu, globs"),
 }
+
+
+def _rate(value: Any) -> str | None:
+    return None if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else "must be a number above 0"
+
+
+_RECIPE = {
+    "recipe": Field(str, pattern=profile_values.NAME.pattern.strip("^$"), what="a recipe name", doc="recipes/NAME.yaml"),
+    "file": Field(str, required=False, max_length=1024, doc="the recipe file, e.g. recipes/gpt-oss-120b.yaml"),
+    "digest": Field(str, required=False, pattern=r"sha256:[0-9a-f]{64}", what="sha256:<64 hex>",
+                    doc="the digest it was served on (the entry's)"),
+    "status": Field(str, enum=GATE_STATUSES, doc="passed, or skipped with the reason"),
+    "decode_tok_s": Field((int, float), required=False, check=_rate, doc="the measured batch-1 decode tok/s"),
+    "reason": Field(str, required=False, max_length=2048, doc="why it was skipped"),
+    "line": Field(str, max_length=4096, doc="'recipe X passed on DIGEST at T tok/s', or why it did not"),
+}
+
+
 # base_image, fixes_required, source_date_epoch and tags: always written, but locks written
 # before them are still read (as they always were)
 def _pr_numbers(value: list[Any]) -> str | None:
@@ -171,6 +206,9 @@ ENTRY_SPEC: dict[str, Field] = {
     "created": _rebuilt("RFC 3339, from SOURCE_DATE_EPOCH"),
     "source_date_epoch": Field(int, required=False, doc="seconds since the epoch of every timestamp in the image"),
     "tags": Field(list, required=False, items=Field(str, max_length=128), doc="the tags publish moved here"),
+    "recipes": Field(list, required=False, items=Field(dict, children=_RECIPE), max_items=256,
+                     doc="each recipe of the profile's verify.coherence.recipes: passed on this digest at T tok/s, "
+                     "or skipped with the reason"),
     "state": Field(str, required=False, enum=STATES, doc="candidate (build) or promoted (publish)"),
     "promoted": Field(dict, required=False, keys=Field(str, max_length=64), values=Field(str, max_length=512),
                       doc="set by publish: coherence_image"),
@@ -202,6 +240,21 @@ def _entry_rules(entry: Mapping[str, Any], file: str, where: str) -> list[Proble
         section = entry.get(gate)
         if isinstance(section, dict) and section.get("status") == "skipped" and not section.get("reason"):
             out.append(Problem(file, f"{where}.{gate}", "skipped without a reason"))
+    recipes = entry.get("recipes")
+    for i, line in enumerate(recipes if isinstance(recipes, list) else []):
+        if not isinstance(line, dict):
+            continue
+        at = f"{where}.recipes[{i}]"
+        passed = line.get("status") == "passed"
+        if passed and "decode_tok_s" not in line:
+            out.append(Problem(file, f"{at}.decode_tok_s", "passed without a measured speed"))
+        if line.get("status") == "skipped" and not line.get("reason"):
+            out.append(Problem(file, at, "skipped without a reason"))
+        if "digest" in line and isinstance(digest, str) and line["digest"] != digest:
+            out.append(Problem(file, f"{at}.digest", f"{_shown(line['digest'])} is not the entry's digest"))
+        if entry.get("state") == PROMOTED and not passed:
+            out.append(Problem(file, f"{where}.state", f"promoted, but recipe {_shown(line.get('recipe'))} did not pass",
+                               "promote only through `spark-images publish` with a Spark record of every recipe"))
     return out
 
 
@@ -314,6 +367,8 @@ def record_candidate(path: str | os.PathLike[str], profile_name: str, entry: Map
             new["tags"] = sorted(set(previous.get("tags") or []) | set(new.get("tags") or []))
             if previous.get("state") == PROMOTED:
                 new.update(state=PROMOTED, coherence=previous["coherence"])
+                if "recipes" in previous:  # what the Spark proved of these bytes
+                    new["recipes"] = previous["recipes"]
                 if "promoted" in previous:
                     new["promoted"] = previous["promoted"]
         problems = entry_problems(new, str(target), profile_name)
@@ -337,6 +392,7 @@ def make_entry(
     source_date_epoch: int,
     tags: list[str] | None = None,
     fixes_required: list[int] | None = None,
+    recipes: list[RecipeLine] | None = None,
 ) -> LockEntry:
     """A candidate's lock entry from the plan (as `BuildPlan.to_json()`) and the gates' sections (pure)."""
 
@@ -351,7 +407,7 @@ def make_entry(
         cubin_summary["gpu"] = cubins["gpu"]
     if "key" in cubins:
         cubin_summary["key"] = cubins["key"]
-    return {
+    entry: LockEntry = {
         "profile": profile_path,
         "image": f"{repository}@{digest}",
         "repository": repository,
@@ -373,6 +429,9 @@ def make_entry(
         "source_date_epoch": source_date_epoch,
         "tags": list(tags or []),
     }
+    if recipes:
+        entry["recipes"] = list(recipes)
+    return entry
 
 
 def promote(entry: Mapping[str, Any], coherence: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from spark_images.coherence import verdict as coherence_verdict
 from spark_images.core.errors import Problem
 from spark_images.cubins.verdict import V_NATIVE, V_PARTIAL
+from spark_images.recipes import gate as recipe_gate
 from spark_images.registry.reference import ImageReference, is_digest, is_tag
 from spark_images.release import lock as lockfile
 
@@ -123,6 +124,15 @@ def promotion_problems(lock: Mapping[str, Any], profile: str, lock_file: str) ->
             detail = f"status: {status!r}" + (f", reason: {reason}" if reason else "")
             problems.append(
                 _problem(lock_file, profile, f"{gate}.status", f"the {gate} gate did not pass ({detail})", fix)
+            )
+    recipes = entry.get("recipes")
+    for i, line in enumerate(recipes if isinstance(recipes, list) else []):
+        if not (isinstance(line, Mapping) and line.get("status") == PASSED):
+            said = line.get("line") if isinstance(line, Mapping) else None
+            problems.append(
+                _problem(lock_file, profile, f"recipes[{i}].status",
+                         f"a recipe did not pass ({str(said or 'no line')[:300]})",
+                         "serve the profile's recipes on a DGX Spark and pass that record with --coherence")
             )
     commit = entry.get("vllm_commit")
     if not isinstance(commit, str) or not lockfile.HEX40.fullmatch(commit):
@@ -298,12 +308,69 @@ def matrix_problems(section: Mapping[str, Any], matrix: Sequence[Combo], file: s
     return problems
 
 
+Command = tuple[list[str], dict[str, str]]  # a recipe's exact (argv, env), as `recipes.gate.serve_command` gives it
+
+
+def _evidence_problem(run: Mapping[str, Any], command: Command, digest: str) -> tuple[str, str] | None:
+    """(field, why) when a recipe run that says it passed does not show it, else None."""
+    argv, env = command
+    rate = run.get("decode_tok_s")
+    checks = run.get("checks")
+    if not recipe_gate.counts_as_passed(dict(run)):
+        status, reason = repr(run.get("status"))[:40], str(run.get("reason") or "")[:200]
+        return "", f"did not pass (status {status}" + (f": {reason})" if reason else ")")
+    if run.get("digest") != digest:
+        return ".digest", f"ran on {str(run.get('digest'))[:80]!r}, not on the locked digest {digest}"
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+        return ".decode_tok_s", "has no measured speed"
+    if not (isinstance(checks, Mapping) and checks.get("status") == PASSED and checks.get("reasons") == []):
+        return ".checks", "says passed, but its checks do not show it"
+    if run.get("argv") != argv or run.get("env") != env:
+        return ".argv", "was not served with the recipe's command as the profile's recipe file gives it now"
+    if run.get("ran") != {"argv": argv, "env": env}:
+        return ".ran", "the container did not run the recipe's exact command"
+    return None
+
+
+def recipe_problems(section: Mapping[str, Any], commands: Mapping[str, Command], digest: str, file: str) -> list[Problem]:
+    """Why a coherence record does not stand for the recipes the profile's gate serves.
+
+    `commands` maps each recipe the profile lists to its exact command. Each
+    must have a run in the record that passed by its own evidence: coherent
+    (its checks passed), a measured speed, on this very digest, served with
+    that command and seen run by the container. A skipped recipe is never a pass.
+    """
+
+    def bad(field: str, message: str, fix: str) -> Problem:
+        return Problem(file=file, field=field, message=message, fix=fix, rule="publish")
+
+    runs = section.get("recipes")
+    listed = [r for r in runs if isinstance(r, Mapping)] if isinstance(runs, list) else []
+    by_name = {r.get("recipe"): (i, r) for i, r in enumerate(listed)}
+    problems: list[Problem] = []
+    fix = ("serve the profile's recipes on a DGX Spark (`spark-images build`, or "
+           "`spark-images coherence IMAGE@DIGEST --profile PROFILE`) and pass its record")  # fmt: skip
+    for name, command in commands.items():
+        if name not in by_name:
+            problems.append(bad("coherence.recipes", f"the record has no run of recipe {name}", fix))
+            continue
+        i, run = by_name[name]
+        found = _evidence_problem(run, command, digest)
+        if found is not None:
+            problems.append(bad(f"coherence.recipes[{i}]{found[0]}", f"recipe {name} {found[1]}", fix))
+    return problems
+
+
 def entry_with_coherence(entry: Mapping[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the lock entry whose coherence gate is the Spark job's result."""
+    """A copy of the lock entry whose coherence gate (and recipe lines) are the Spark job's result."""
     gate: dict[str, Any] = {"status": section.get("status")}
     if section.get("reason"):
         gate["reason"] = section["reason"]
-    return {**entry, "coherence": gate}
+    out = {**entry, "coherence": gate}
+    runs = section.get("recipes")
+    if isinstance(runs, list) and runs:
+        out["recipes"] = recipe_gate.lock_recipes([dict(r) for r in runs if isinstance(r, Mapping)])
+    return out
 
 
 @dataclass(frozen=True)
