@@ -55,6 +55,17 @@ def _bad(file: str, message: str, fix: str = "use a model whose files are what t
     return Finding(Problem(file=file, field="", message=message, fix=fix))
 
 
+def _unreachable(failure: http.Failure) -> EnvironmentProblem:
+    """No answer from the hub (exit 2): the network's or the endpoint's, not the recipe's."""
+    fix = f"{failure.fix}; or set {defaults.Env.HF_ENDPOINT}" if failure.fix else f"check the network or {defaults.Env.HF_ENDPOINT}"
+    return EnvironmentProblem(Problem(failure.url, "", f"cannot reach the hub: {failure.what}", fix))
+
+
+def _unreadable(failure: http.Failure) -> Finding:
+    """An answer that broke off or ran past its cap: what the hub says cannot be read."""
+    return _bad(failure.url, f"its answer is unreadable: {failure.detail()}")
+
+
 class HubSource:
     """Range reads of one model revision on the hub."""
 
@@ -68,11 +79,8 @@ class HubSource:
     def _get(self, name: str, headers: dict[str, str], cap: int) -> tuple[requests.Response, bytes]:
         url = self.url(name)
         deadline = http.Deadline(http.meta_deadline_s())
-        try:
+        with http.mapped(url, _unreachable):
             resp = http.send(self.session, "GET", url, deadline=deadline, headers=headers, allow_redirects=True)
-        except (requests.RequestException, http.HttpProblem) as exc:
-            raise EnvironmentProblem(Problem(url, "", f"cannot reach the hub: {inputs.short(str(exc))}",
-                                             f"check the network or {defaults.Env.HF_ENDPOINT}")) from None
         try:
             if resp.status_code == 404:
                 raise _Missing(url)
@@ -84,10 +92,8 @@ class HubSource:
             length = http.declared_length(resp)
             if length is not None and length > cap:
                 raise _bad(url, f"declares {length} bytes, more than the {cap} a header may take")
-            try:
+            with http.mapped(url, _unreadable, reading=True):
                 return resp, http.read_body(resp, deadline=deadline, url=url, cap=cap)
-            except http.HttpProblem as exc:
-                raise _bad(url, f"its answer is unreadable: {inputs.short(str(exc))}") from None
         finally:
             resp.close()
 
