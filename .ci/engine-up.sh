@@ -70,6 +70,36 @@ if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
 fi
 update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
 [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || { log "qemu-aarch64 binfmt not registered"; exit 2; }
+# qemu-user 7.2 (Debian 12) passes the x86 host's /proc/cpuinfo to arm64 programs
+# and `import torch` (hence `import vllm`, a check of the Dockerfile) dies in its
+# CPU probe with signal 11; qemu-user 8.1 and newer emulate an arm64 /proc/cpuinfo.
+# On an older host, trixie's qemu-user (static binaries; 71 MB) is unpacked into the
+# cache and registered in its place, with the same magic and flags (F: the kernel
+# opens it now, so it runs inside containers too).
+# (Debian's entry is aarch64-binfmt-P, a link that runs only under binfmt: ask its target)
+binfmt_interpreter() { readlink -f "$(sed -n 's/^interpreter //p' /proc/sys/fs/binfmt_misc/qemu-aarch64)"; }
+qemu_major() { "$1" --version 2>/dev/null | sed -n 's/^qemu-aarch64 version \([0-9]*\).*/\1/p'; }
+if [ "$(qemu_major "$(binfmt_interpreter)")" -lt 8 ] 2>/dev/null; then
+  qemu_new="$CACHE/qemu-user-trixie/qemu-aarch64"
+  if [ "$(qemu_major "$qemu_new")" -lt 8 ] 2>/dev/null || [ ! -x "$qemu_new" ]; then
+    log "fetching qemu-user from the trixie suite (qemu-user $(qemu_major "$(binfmt_interpreter)") cannot run torch's CPU probe)"
+    mirror=$(debian_mirror)
+    tdir="$CACHE/trixie-apt"; mkdir -p "$tdir/lists/partial"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror:-http://deb.debian.org/debian} trixie main" >"$tdir/sources.list"
+    opts=(-o Dir::Etc::SourceList="$tdir/sources.list" -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists="$tdir/lists")
+    [ -n "$(ls "$tdir/lists" 2>/dev/null | grep -v partial)" ] || apt-get "${opts[@]}" update -qq
+    work=$(mktemp -d)
+    (cd "$work" && apt-get "${opts[@]}" download qemu-user >/dev/null 2>&1 && dpkg-deb -x qemu-user_*.deb x)
+    mkdir -p "$(dirname "$qemu_new")"
+    cp "$work/x/usr/bin/qemu-aarch64" "$qemu_new.tmp" && mv "$qemu_new.tmp" "$qemu_new"
+    rm -rf "$work"
+  fi
+  magic='\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00'
+  mask='\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff'
+  echo -1 >/proc/sys/fs/binfmt_misc/qemu-aarch64
+  printf ':qemu-aarch64:M::%s:%s:%s:PF\n' "$magic" "$mask" "$qemu_new" >/proc/sys/fs/binfmt_misc/register
+  log "arm64 emulation: $("$qemu_new" --version | head -n1)"
+fi
 
 # loopback registry
 if ! curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1; then
