@@ -46,6 +46,20 @@ EXPECTED_RULES = frozenset({
     "no-nvcc-for-jit",
     "missing-fixes",
 })  # fmt: skip
+# Libraries of the real lock with no native sm_121 code, only PTX that JIT-compiles at
+# start (seen in the first run that passed every stage, 2026-12-02): named by path,
+# since a library's own reason carries no rule id. One that turns native drops out;
+# a new one fails the run until it is written down here.
+EXPECTED_JIT_ONLY = frozenset({
+    "PyNvVideoCodec/PyNvVideoCodec_121.cpython-313-aarch64-linux-gnu.so",  # sm_60..sm_86 + PTX
+    "PyNvVideoCodec/PyNvVideoCodec_130.cpython-313-aarch64-linux-gnu.so",
+    "nvidia/cu13/lib/libcufile.so.0",                # sm_75..sm_86 + compute_86
+    "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",      # FA2: 76 fatbins, PTX only for Blackwell
+})  # fmt: skip
+# Without vLLM's history (github.com is out of reach here) the fix audit is skipped,
+# so the profile's required fixes are unproven and the gate withholds the lock:
+# `spark-images build` exits 1 with that one reason, which is the gate working.
+LOCK_WITHHELD = "the audit did not run"
 _BASE_LINE = re.compile(r"^(\s*base_image:\s*)(\S+)(.*)$", re.M)
 _PYTHON_LINE = re.compile(r'^python:\s*"?([0-9.]+)"?(.*)$', re.M)
 STAND_IN_PYTHON = "3.13"
@@ -106,6 +120,40 @@ def stage_times(logfile: Path) -> dict[str, float]:
     return module.stage_seconds(logfile.read_text(encoding="utf-8", errors="replace").splitlines())
 
 
+def judge_build(code: int, record: dict) -> tuple[list[str], bool]:
+    """What is wrong with the build line's run (exit code and record), and whether the
+    lock was withheld only because the audit could not run here (pure)."""
+    problems: list[str] = []
+    result = record.get("result") or {}
+    audit = record.get("audit") or {}
+    withheld = code == 1 and audit.get("status") == "skipped" and LOCK_WITHHELD in str(result.get("reason", ""))
+    if code != 0 and not withheld:
+        problems.append(f"spark-images build exited {code}: {result.get('reason', 'no record')}")
+    for name, want in (("build", "passed"), ("cubins", "passed"), ("verdict", "passed"), ("coherence", "skipped")):
+        got = (record.get(name) or {}).get("status")
+        if got != want:
+            problems.append(f"record stage {name}: {got}, expected {want} ({(record.get(name) or {}).get('reason', '')})")
+    return problems, withheld
+
+
+def reasons_of(check_doc: dict) -> list[dict]:
+    return [{"rule": r.get("rule"), "subject": r.get("subject"), "line": r.get("line")} for r in check_doc.get("reasons", [])]
+
+
+def judge_check(check_doc: dict) -> list[str]:
+    """What is wrong with `check`'s verdict of the archive against what is written down (pure)."""
+    problems: list[str] = []
+    verdict, reasons = check_doc.get("verdict"), reasons_of(check_doc)
+    if verdict not in EXPECTED_VERDICTS:
+        problems.append(f"check verdict {verdict}, expected one of {', '.join(EXPECTED_VERDICTS)}")
+    if verdict == "degraded" and not reasons:
+        problems.append("check verdict degraded without a named reason")
+    unexpected = sorted({str(r["rule"] or r["subject"]) for r in reasons} - EXPECTED_RULES - EXPECTED_JIT_ONLY)
+    if unexpected:
+        problems.append(f"check names reasons not written down in EXPECTED_RULES or EXPECTED_JIT_ONLY: {', '.join(unexpected)}")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-cache", action="store_true", help="build without BuildKit's layer cache")
@@ -131,12 +179,8 @@ def main(argv: list[str]) -> int:
     code, stdout, build_seconds = run_logged(build_argv, project, out / "build.log", env)
     record_path = project / "build" / "cu130" / "record.json"
     record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.is_file() else {}
-    if code not in (0,):
-        problems.append(f"spark-images build exited {code} (see {out / 'build.log'})")
-    for name, want in (("build", "passed"), ("cubins", "passed"), ("verdict", "passed"), ("coherence", "skipped")):
-        got = (record.get(name) or {}).get("status")
-        if got != want:
-            problems.append(f"record stage {name}: {got}, expected {want} ({(record.get(name) or {}).get('reason', '')})")
+    build_problems, withheld = judge_build(code, record)
+    problems += [f"{line} (see {out / 'build.log'})" for line in build_problems]
 
     archive = project / "build" / "cu130" / "image.oci.tar"
     check_doc: dict = {}
@@ -151,15 +195,9 @@ def main(argv: list[str]) -> int:
             problems.append(f"spark-images check exited {code} without a JSON document (see {out / 'check.log'})")
     else:
         problems.append(f"no OCI archive at {archive}")
-    verdict = check_doc.get("verdict")
-    reasons = [{"rule": r.get("rule"), "subject": r.get("subject"), "line": r.get("line")} for r in check_doc.get("reasons", [])]
-    if check_doc and verdict not in EXPECTED_VERDICTS:
-        problems.append(f"check verdict {verdict}, expected one of {', '.join(EXPECTED_VERDICTS)}")
-    if verdict == "degraded" and not reasons:
-        problems.append("check verdict degraded without a named reason")
-    unexpected = sorted({str(r["rule"] or r["subject"]) for r in reasons} - EXPECTED_RULES)
-    if unexpected:
-        problems.append(f"check names reasons not written down in EXPECTED_RULES: {', '.join(unexpected)}")
+    verdict, reasons = check_doc.get("verdict"), reasons_of(check_doc)
+    if check_doc:
+        problems += judge_check(check_doc)
     built = record.get("build") or {}
     doc = {
         "what": "acceptance run of the cu130 main job on a local stand-in base",
@@ -175,6 +213,8 @@ def main(argv: list[str]) -> int:
         "seconds": {"build_line": round(build_seconds, 1), "check": round(check_seconds, 1),
                     "stages": stage_times(out / "build.log")},
         "record_stages": {k: (v or {}).get("status") for k, v in record.items() if isinstance(v, dict)},
+        "lock": "withheld: the audit did not run (no vLLM history), so the required fixes are unproven"
+        if withheld else ("not written" if build_problems else "written"),
         "check": {"verdict": verdict, "reasons": reasons, "expected_verdicts": list(EXPECTED_VERDICTS)},
         "problems": problems,
         "host": {"cpus": os.cpu_count(), "load": os.getloadavg()},
