@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_images.buildline import summary
+from spark_images.buildline import gates, summary
 from spark_images.buildline.gates import Stop
 from spark_images.buildline.record import stage
 from spark_images.buildline.stages import (
@@ -105,14 +105,20 @@ def cubins_section(s: Scanned, stop: Stop | None = None) -> dict[str, Any]:
     return doc
 
 
-def verdict_section(s: Scanned, stop: Stop | None = None) -> dict[str, Any] | None:
-    """`check` of the built image: `status` is the gate's (`gates.after_check`), the rest its JSON."""
+def verdict_section(s: Scanned) -> dict[str, Any] | None:
+    """`check` of the built image: its JSON, with the stage status its verdict gives.
+
+    The status follows the verdict alone (`gates.verdict_status`), whichever
+    gate stopped the line: broken is `failed` with the broken reasons,
+    degraded `passed` with the degraded reasons as `warnings`.
+    """
     if s.check is None:
         return None
-    doc = s.check.to_json()
-    if stop is not None:
-        return {"status": FAILED, "reason": stop.reason, **doc}
-    return {"status": PASSED, **doc}
+    found = gates.verdict_status(s.check)
+    head: dict[str, Any] = {"status": found.status}
+    if found.reason:
+        head["reason"] = found.reason
+    return {**head, "warnings": list(found.warnings), **s.check.to_json()}
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -143,7 +149,7 @@ def sections(r: Results) -> dict[str, Any]:
         out["build"] = stage(PASSED, **build_fields(r.built))
     if r.scanned is not None:
         out["cubins"] = cubins_section(r.scanned, stop if stop and stop.stage == "cubins" else None)
-        verdict = verdict_section(r.scanned, stop if stop and stop.stage == "verdict" else None)
+        verdict = verdict_section(r.scanned)
         if verdict is not None:
             out["verdict"] = verdict
     if r.gated is not None:
