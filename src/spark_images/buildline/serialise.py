@@ -2,7 +2,8 @@
 
 - the record's sections (`build/NAME/record.json`, and from it the terminal
   summary and the Markdown report); its `verdict` section is the `check` of
-  the built archive (`CheckResult.to_json()`), with the gate's status;
+  the built archive (`CheckResult.to_json()`), with the status its verdict
+  gives (`gates.verdict_status`);
 - the lock entry (`images.lock.json`), always a candidate;
 - the audit predicate (`build/NAME/audit-predicate.json`): what the audit
   found, for an attestation of the digest. What the audit found never goes
