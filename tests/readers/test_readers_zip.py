@@ -9,6 +9,7 @@ site-packages makes pip refuse the whole wheel; the reader refuses it too.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import warnings
@@ -105,3 +106,26 @@ def test_a_wheel_without_duplicates_reads_every_wanted_member_once(tmp_path: Pat
         ("demo/a.so", b"a", ""),
         ("demo/b/c.py", b"c", ""),
     ]
+
+
+ORACLE = Path(__file__).resolve().parents[1] / "cubins" / "oracle" / "bin" / "lib"
+
+
+def test_cubins_judges_the_copy_pip_keeps(tmp_path: Path) -> None:
+    """The hostile case: native sm_121a code first, an sm_90-only library last at the same path
+    (through `..`). pip installs the sm_90 one, so the wheel has no native sm_121 code, and the
+    sm_121a copy is listed as not installed rather than counted."""
+    native, other = (ORACLE / "libsm121a.so").read_bytes(), (ORACLE / "libsm90.so").read_bytes()
+    wheel = _wheel(tmp_path / "demo-1.0-py3-none-any.whl", [("demo/lib.so", native), ("demo/x/../lib.so", other)])
+    assert _pip_install(wheel, tmp_path / "site").returncode == 0
+    assert (tmp_path / "site" / "demo" / "lib.so").read_bytes() == other
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from spark_images.cli import main; sys.exit(main(sys.argv[1:]))",
+         "cubins", str(wheel), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and doc["verdict"] != "native", doc
+    (lib,) = doc["libraries"]
+    assert lib["path"] == "demo/lib.so" and lib["native"] == 0, lib
+    assert [(u["path"], "not installed" in u["error"]) for u in doc["unreadable"]] == [("demo/lib.so", True)]
