@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -81,7 +80,10 @@ def setup(work: Path) -> tuple[h.LineProject, str]:
     port = server.stdout.readline().split(" port ")[1].split(" ")[0]
     root = work / "project"
     (root / "profiles").mkdir(parents=True)
-    shutil.copy(h.DATA / "test.requirements.lock", root / "profiles" / "test.requirements.lock")
+    # the CUDA torch stand-in, as in the build tests: the image's verdict must not be broken
+    torch, torch_sha = h.make_torch_wheel(wheels / "torch-cuda", lib)
+    lock = h.requirements_lock(f"http://{h._bridge_gateway()}:{port}/torch-cuda/{torch.name}", torch_sha)
+    (root / "profiles" / "test.requirements.lock").write_text(lock)
     text = (h.DATA / "profile.yaml.in").read_text()
     for key, value in {
         "@NAME@": "bench", "@COMMIT@": h.TEST_COMMIT, "@BASE@": f"{remote}@{digest}",

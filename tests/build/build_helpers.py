@@ -190,6 +190,65 @@ def make_vllm_wheel(out_dir: Path, library: Path, commit: str, version: str = "0
     return path, digest
 
 
+TORCH_VERSION = "2.13.0"  # data/profile.yaml.in's torch.version
+TORCH_LIBRARY = "torch/lib/libtorch_cuda.so"
+TORCH_WHEEL = f"torch-{TORCH_VERSION}-cp311-cp311-manylinux_2_28_aarch64.whl"
+
+
+def make_torch_wheel(out_dir: Path, library: Path | None, cuda: str | None = "13.0") -> tuple[Path, str]:
+    """A stand-in for PyPI's torch 2.13.0 aarch64 wheel, the CUDA 13.0 build (`cuda=None`,
+    `library=None`: a CPU-only torch), as a real wheel file at out_dir/TORCH_WHEEL.
+
+    The real wheel is gigabytes: it cannot be built into each test image in minutes.
+    This one holds exactly what `check` reads to prove a CUDA torch, in the real
+    wheel's layout, and `pip install` unpacks it as it unpacks the real one:
+    - torch-2.13.0.dist-info/METADATA (the version, as in the profile's pin), WHEEL
+      and RECORD (every file's sha256);
+    - torch/version.py, the file torch's build generates, with `cuda: Optional[str]
+      = '13.0'` (or `= None`, as in a CPU-only build): what `torch.version.cuda` reads;
+    - torch/lib/libtorch_cuda.so, compiled by the real nvcc like the test's vllm/_C
+      (`library`): real fatbins whose sm_121a cubins the check classifies from their
+      own ELF headers, as it does those of the real libtorch_cuda.so.
+    It has none of torch's Python API: `import torch` gives the version module only.
+    The host code is x86_64 (see the module doc); the check reads the device code only.
+    """
+    version_py = (
+        "from typing import Optional\n\n"
+        "__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'xpu']\n"
+        f"__version__ = '{TORCH_VERSION}'\n"
+        "debug = False\n"
+        f"cuda: Optional[str] = {cuda!r}\n"
+        "git_version = 'spark-images-test'\n"
+        "hip: Optional[str] = None\n"
+        "xpu: Optional[str] = None\n"
+    )
+    files = {
+        "torch/__init__.py": b"from torch import version\nfrom torch.version import __version__\n",
+        "torch/version.py": version_py.encode(),
+    }
+    if library is not None:
+        files[TORCH_LIBRARY] = library.read_bytes()
+    dist = f"torch-{TORCH_VERSION}.dist-info"
+    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: torch\nVersion: {TORCH_VERSION}\n".encode()
+    files[f"{dist}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: spark-images-tests\nRoot-Is-Purelib: false\n"
+                              b"Tag: cp311-cp311-manylinux_2_28_aarch64\n")  # fmt: skip
+    data = wheel_archive(files, dist)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / TORCH_WHEEL
+    path.write_bytes(data)
+    return path, hashlib.sha256(data).hexdigest()
+
+
+def requirements_lock(torch_url: str, torch_sha256: str) -> str:
+    """data/test.requirements.lock plus the torch stand-in (`make_torch_wheel`) by URL and sha256."""
+    return (DATA / "test.requirements.lock").read_text() + (
+        "# torch: the test's stand-in wheel (tests/build/build_helpers.py make_torch_wheel),\n"
+        "# served by the test's wheel server\n"
+        f"torch @ {torch_url} \\\n"
+        f"    --hash=sha256:{torch_sha256}\n"
+    )
+
+
 def _b64(raw: bytes) -> str:
     import base64
 

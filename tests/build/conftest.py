@@ -29,7 +29,9 @@ from build_helpers import (
     _download,
     _QuietHandler,
     compile_library,
+    make_torch_wheel,
     make_vllm_wheel,
+    requirements_lock,
     server_tls_context,
 )
 
@@ -113,18 +115,32 @@ def wheel_server(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) 
 def make_project(
     cuda_test_base: str, wheel_server: WheelServer, nvcc: str, local_registry: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Callable[..., LineProject]:
-    """Factory: a project with one test profile, its wheel built for `arch_flags`."""
-    libs: dict[tuple[str, ...], Path] = {}
+    """Factory: a project with one test profile, its wheel built for `arch_flags`.
 
-    def make(name: str, arch_flags: list[str], required: list[int] | None = None) -> LineProject:
+    Its requirements lock installs the torch stand-in (`make_torch_wheel`): the CUDA
+    13.0 build with sm_121a code (`torch="cuda"`), or a CPU-only torch (`torch="cpu"`).
+    """
+    libs: dict[tuple[str, ...], Path] = {}
+    torches: dict[str, tuple[str, str]] = {}
+
+    def library(arch_flags: list[str]) -> Path:
         key = tuple(arch_flags)
         if key not in libs:
-            libdir = tmp_path_factory.mktemp("lib")
-            libs[key] = compile_library(nvcc, arch_flags, libdir / "_C.abi3.so")
-        wheel, sha = make_vllm_wheel(wheel_server.directory, libs[key], TEST_COMMIT)
+            libs[key] = compile_library(nvcc, arch_flags, tmp_path_factory.mktemp("lib") / "_C.abi3.so")
+        return libs[key]
+
+    def torch_wheel(kind: str) -> tuple[str, str]:
+        if kind not in torches:
+            lib = library(["-gencode=arch=compute_121a,code=sm_121a"]) if kind == "cuda" else None
+            wheel, sha = make_torch_wheel(wheel_server.directory / f"torch-{kind}", lib, "13.0" if kind == "cuda" else None)
+            torches[kind] = (f"{wheel_server.url}/torch-{kind}/{wheel.name}", sha)
+        return torches[kind]
+
+    def make(name: str, arch_flags: list[str], required: list[int] | None = None, torch: str = "cuda") -> LineProject:
+        wheel, sha = make_vllm_wheel(wheel_server.directory, library(arch_flags), TEST_COMMIT)
         root = tmp_path_factory.mktemp(f"project-{name}")
         (root / "profiles").mkdir()
-        shutil.copy(DATA / "test.requirements.lock", root / "profiles" / "test.requirements.lock")
+        (root / "profiles" / "test.requirements.lock").write_text(requirements_lock(*torch_wheel(torch)))
         text = (DATA / "profile.yaml.in").read_text()
         for key_, value in {
             "@NAME@": name,

@@ -97,19 +97,20 @@ def test_build_pushes_by_digest_and_writes_the_lock(
     assert entry["coherence"] == {"status": "skipped", "reason": record["coherence"]["reason"]}
     assert entry["audit"]["status"] == record["audit"]["status"]
     # the record's verdict is `check` of the built archive, from the cubin stage's one read: the
-    # test image installs no torch, so `check` calls it broken for that (a package reason, which
-    # the profile's cubin gate governs: the line went on)
+    # test image installs the CUDA torch stand-in (build_helpers.make_torch_wheel), so torch is
+    # proven from its files; it lacks vLLM's MoE library, which makes it degraded, and no more
     verdict = record["verdict"]
-    assert verdict["status"] == "passed" and verdict["kind"] == "oci-archive" and verdict["digest"] == digest
-    assert verdict["verdict"] == "broken", verdict["reasons"]
-    broken = [r for r in verdict["reasons"] if r["impact"] == "broken"]
-    assert any(r["subject"] == "torch" and "not installed" in r["line"] for r in broken), broken
-    assert not [r for r in broken if r["rule"]], broken  # no toolchain rule fails
-    assert any(lib["path"].endswith("vllm/_C.abi3.so") and lib["native"] for lib in verdict["device_code"]["libraries"])
+    assert verdict["kind"] == "oci-archive" and verdict["digest"] == digest
+    assert verdict["verdict"] == "degraded", verdict["reasons"]
+    assert {(r["impact"], r["rule"]) for r in verdict["reasons"]} == {("degraded", "no-native-moe-kernels")}, verdict["reasons"]
+    assert verdict["status"] == "passed" and verdict["warnings"] == [r["line"] for r in verdict["reasons"]]
+    assert verdict["inventory"]["torch"] == {"version": "2.13.0", "cuda": "13.0"}
+    libs = {lib["path"].rsplit("site-packages/", 1)[-1]: lib for lib in verdict["device_code"]["libraries"]}
+    assert libs["vllm/_C.abi3.so"]["native"] and libs["torch/lib/libtorch_cuda.so"]["verdict"] == "native"
     # the build's own audit is the check's `fixes` (the history is not read twice)
     assert (verdict["fixes"]["status"] == "skipped") == (record["audit"]["status"] == "skipped"), verdict["fixes"]
     report_md = (passing.root / "build" / "line" / "report.md").read_text()
-    assert f"**{verdict['verdict']}**" in report_md and "torch: not installed" in report_md
+    assert f"**{verdict['verdict']}**" in report_md and "no-native-moe-kernels" in report_md
     assert entry["created"] == "2026-01-01T00:00:00Z" and entry["source_date_epoch"] == int(TEST_EPOCH)
     assert entry["arch_list"] == "12.0f" and entry["cuda_line"] == "cu130"
     # the BuildKit cache went to the local directory given with --cache
@@ -217,6 +218,31 @@ def test_missing_sm121_code_fails_the_cubin_gate_and_leaves_the_lock(
     assert "coherence" not in record and "lock" not in record  # the line stopped at the gate
     assert record["result"]["reason"].startswith("stage cubins:")
     assert "cubins" in proc.stdout and "FAILED" in proc.stdout
+    assert project.lock.read_bytes() == before
+
+
+def test_a_cpu_only_torch_is_a_failed_verdict_that_leaves_the_lock(
+    make_project: Callable[..., LineProject], ca_bundle: tuple[Path, str]
+) -> None:
+    """torch without CUDA (torch.version.cuda None, no libtorch_cuda.so): the cubin gate passes
+    (vllm/_C has sm_121a code), but vLLM cannot use the GPU, so the verdict is broken naming
+    torch, its stage failed, and the lock is not written."""
+    project = make_project("cputorch", SM121, torch="cpu")
+    project.lock.write_text('{"images": {}, "lock_version": 1}\n')
+    before = project.lock.read_bytes()
+    proc = project.run("build", "profiles/cputorch.yaml", "--ca-cert", str(ca_bundle[0]), "--lock", str(project.lock))
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    record = _record(project, "cputorch")
+    assert record["build"]["status"] == "passed" and record["cubins"]["status"] == "passed"
+    verdict = record["verdict"]
+    assert verdict["verdict"] == "broken" and verdict["status"] == "failed"
+    broken = {r["rule"] for r in verdict["reasons"] if r["impact"] == "broken"}
+    assert broken == {"torch-no-cuda", "torch-no-gpu-code"}, verdict["reasons"]
+    assert "[torch-no-cuda]" in verdict["reason"] and "[torch-no-gpu-code]" in verdict["reason"]
+    assert verdict["inventory"]["torch"] == {"version": "2.13.0", "cuda": None}
+    assert "coherence" not in record and "lock" not in record  # the line stopped at the verdict
+    assert record["result"]["reason"].startswith("stage verdict:")
+    assert "verdict" in proc.stdout and "FAILED" in proc.stdout
     assert project.lock.read_bytes() == before
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from build_helpers import CLI, DATA
 
-from spark_images.buildline import gates
+from spark_images.buildline import gates, serialise, summary
 from spark_images.buildline.stages import FAILED, PASSED, SKIPPED, Audited, Gated, ScanKey, Scanned
 from spark_images.core.errors import EXIT_FINDING, EXIT_USAGE
 from spark_images.engine import build as engine_build
@@ -107,25 +107,67 @@ def test_gates_stop_on_missing_native_code_and_pass_partial() -> None:
     for verdict in gates.NO_NATIVE_CODE:
         stop = gates.after_scan(_scanned(verdict), "sm_121")
         assert stop is not None and verdict in stop.reason
-    # a broken `check` stops the line for a toolchain rule only; package/library reasons are the cubin gate's
+
+
+def _checked(*reasons: object) -> Scanned:
     import dataclasses
 
     from spark_images.check.inventory import Inventory
-    from spark_images.check.rules import Reason, from_rule
     from spark_images.check.verdict import CheckResult
 
-    def checked(*reasons: Reason) -> Scanned:
-        result = CheckResult("t", "oci-archive", "sm_121", DIGEST, Inventory(), [], {}, reasons=list(reasons))
-        return dataclasses.replace(_scanned(), check=result)
+    result = CheckResult("t", "oci-archive", "sm_121", DIGEST, Inventory(), [], {}, reasons=list(reasons))  # type: ignore[arg-type]
+    return dataclasses.replace(_scanned(), check=result)
+
+
+def test_a_broken_check_stops_the_line_for_any_reason_and_the_record_says_failed() -> None:
+    """The verdict stage follows the verdict computed from content: a reason without a rule
+    id (torch not installed) breaks the image as surely as a toolchain rule does."""
+    from spark_images.check.rules import Reason, from_rule
 
     no_torch = Reason("broken", "", "torch", "torch: not installed, so vLLM cannot start")
-    assert checked(no_torch).check.verdict == "broken"  # type: ignore[union-attr]
-    assert gates.after_check(checked(no_torch)) is None and gates.after_check(_scanned()) is None
+    cpu_torch = from_rule("torch-no-cuda", "torch", torch="2.13.0", cuda="None", where="torch/version.py")
     bad_pin = from_rule("known-bad-pin", "nvidia-cutlass-dsl", package="nvidia-cutlass-dsl", version="4.5.0",
-                        reason="illegal instruction on sm_121", fix="pin 4.4.2")
-    stop = gates.after_check(checked(no_torch, bad_pin))
-    assert stop is not None and stop.stage == "verdict" and "[known-bad-pin]" in stop.reason and "torch" not in stop.reason
-    assert not gates.lock_decision(_audited(), checked(bad_pin), Gated(SKIPPED, "no sm_121 GPU")).allowed
+                        reason="illegal instruction on sm_121", fix="pin 4.4.2")  # fmt: skip
+    no_moe = from_rule("no-native-moe-kernels", "vllm/_moe_C*.so", library="vllm/_moe_C*.so", what="not in the image")
+    skipped = Gated(SKIPPED, "no sm_121 GPU")
+    assert gates.after_check(_scanned()) is None  # no check at all: nothing to follow
+    for reasons in ((no_torch,), (cpu_torch,), (bad_pin,), (no_torch, bad_pin, no_moe)):
+        scanned = _checked(*reasons)
+        assert scanned.check is not None and scanned.check.verdict == "broken"
+        stop = gates.after_check(scanned)
+        assert stop is not None and stop.stage == "verdict", reasons
+        for reason in reasons:
+            assert (reason.line() in stop.reason) == (reason.impact == "broken"), (reason, stop.reason)
+        assert not gates.lock_decision(_audited(), scanned, skipped).allowed
+        section = serialise.verdict_section(scanned)
+        assert section is not None and section["status"] == FAILED and section["verdict"] == "broken"
+        assert section["reason"] == stop.reason
+    # degraded: the line goes on, the stage passed, its reasons are the stage's warnings
+    degraded = _checked(no_moe)
+    assert gates.after_check(degraded) is None and gates.lock_decision(_audited(), degraded, skipped).allowed
+    section = serialise.verdict_section(degraded)
+    assert section is not None and section["status"] == PASSED and "reason" not in section
+    assert section["verdict"] == "degraded" and section["warnings"] == [no_moe.line()]
+    ready = serialise.verdict_section(_checked())
+    assert ready is not None and ready["status"] == PASSED and ready["verdict"] == "ready" and ready["warnings"] == []
+
+
+def test_the_verdict_stage_is_failed_even_when_the_cubin_gate_stopped_the_line_first() -> None:
+    """The record never reads `passed` beside a `broken` verdict, whichever gate stopped the line."""
+    import dataclasses
+
+    from spark_images.check.rules import from_rule
+
+    main = from_rule("vllm-no-native-main", "vllm/_C.abi3.so", what="vllm/_C.abi3.so: no native sm_121 code", gpu="sm_121")
+    scanned = dataclasses.replace(_checked(main), missing_required=("vllm/_C.abi3.so: no native sm_121 code",))
+    stop = gates.after_scan(scanned, "sm_121")
+    assert stop is not None and stop.stage == "cubins"
+    results = serialise.Results(scanned=scanned, stop=stop)
+    doc = serialise.sections(results)
+    assert doc["cubins"]["status"] == FAILED
+    assert doc["verdict"]["status"] == FAILED and "[vllm-no-native-main]" in doc["verdict"]["reason"]
+    rows = {name: (status, detail) for name, status, detail in summary.rows(doc)}
+    assert rows["verdict"][0] == FAILED and "[vllm-no-native-main]" in rows["verdict"][1]
 
 
 def test_lock_decision() -> None:

@@ -323,6 +323,15 @@ def test_requirements_locks_beside_the_profiles(tmp_path: Path) -> None:
     assert "\nvllm==" not in text  # the wheel strategy installs vLLM by URL + sha256
     assert "incomplete" in reqlock.usability_problem((root / "profiles" / "cu129.requirements.lock").read_text())
     assert "pins no package" in reqlock.usability_problem("# nothing\n")
+    # a direct reference to one wheel file pins the version its file name carries (PEP 427)
+    direct = ("six==1.17.0 \\\n    --hash=sha256:" + "a" * 64 + "\n"
+              "torch @ https://10.0.0.1:8443/cu/torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl \\\n"
+              "    --hash=sha256:" + "b" * 64 + "\n"
+              "torch-c-dlpack-ext @ https://h/torch_c_dlpack_ext-0.1.5%2Blocal-py3-none-any.whl --hash=sha256:" + "c" * 64 + "\n"
+              "other @ https://h/not-this-name-1.0-py3-none-any.whl\n")  # fmt: skip
+    assert reqlock.pinned_versions(direct) == {"six": "1.17.0", "torch": "2.13.0", "torch-c-dlpack-ext": "0.1.5+local"}
+    assert reqlock.pin_mismatches(direct, {"torch": "2.13.0"}) == []
+    assert reqlock.pin_mismatches(direct, {"torch": "2.12.0"}) == [("torch", "2.12.0", "2.13.0")]
     # the build line refuses a missing lock at validate (resolve_profile), exit 1
     project = tmp_path / "project"
     (project / "profiles").mkdir(parents=True)

@@ -219,7 +219,8 @@ def image_c(
     """Built by `spark-images build` from tests/build/data/profile.yaml.in (our template)."""
     project = make_project("check-c", SM121)
     url, bundle = https_wheels
-    project.profile.write_text(project.profile.read_text().replace(wheel_server.url, url))
+    for path in (project.profile, project.root / "profiles" / "test.requirements.lock"):  # vllm's URL, torch's
+        path.write_text(path.read_text().replace(wheel_server.url, url))
     proc = project.run(
         "build", "profiles/check-c.yaml", "--push", f"{local_registry}/spark-images-test/check-c", "--ca-cert", str(bundle)
     )

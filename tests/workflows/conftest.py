@@ -57,13 +57,22 @@ def standin_profile(
     `vllm_history` (the audit runs), its repository is new for each session so
     that the immutable tag publish creates is new too.
     """
-    from build_helpers import DATA, compile_library, make_vllm_wheel
+    from build_helpers import (
+        DATA,
+        compile_library,
+        make_torch_wheel,
+        make_vllm_wheel,
+        requirements_lock,
+    )
     from standins import standin_vllm_wheel
 
     lib = compile_library(nvcc, ["-gencode=arch=compute_121a,code=sm_121a"],
                           tmp_path_factory.mktemp("wf-lib") / "_C.abi3.so")  # fmt: skip
     base_wheel, _ = make_vllm_wheel(wheel_server.directory, lib, vllm_history.release_commit)  # type: ignore[attr-defined]
     wheel, sha = standin_vllm_wheel(base_wheel)
+    # the CUDA torch stand-in, so that the image's `check` verdict is not broken for want of torch
+    torch, torch_sha = make_torch_wheel(wheel_server.directory / "torch-wf", lib)  # type: ignore[attr-defined]
+    lock_text = requirements_lock(f"{wheel_server.url}/torch-wf/{torch.name}", torch_sha)  # type: ignore[attr-defined]
     repository = f"{local_registry}/spark-images-test/wf-{uuid.uuid4().hex[:10]}"
     name = "wf"
     text = (DATA / "profile.yaml.in").read_text()
@@ -79,4 +88,4 @@ def standin_profile(
         text = text.replace(key, value)
     assert repository in text
     return StandinProfile(name=name, text=text, repository=repository,
-                       lock_text=(DATA / "test.requirements.lock").read_text())  # fmt: skip
+                       lock_text=lock_text)  # fmt: skip

@@ -15,21 +15,29 @@ passed here); only `publish` with a passed Spark record makes it `promoted`
   not written and the exit code is 1: the required fixes are unproven.
 
 The `check` verdict of the built archive (`after_check`) is recorded on every
-run; a `broken` one stops the line only for a toolchain rule (a reason with a
-rule id: cuda-too-old, flashinfer-mismatch, known-bad-pin,
-triton-ptxas-too-old, torch-cuda-major-mismatch), which no other gate sees.
-Reasons that name a library or package (no native code, torch not installed)
-are the cubin gate's domain: the profile's verify.native_libraries says which
-device code this image must carry, and a slim test image (no torch) is broken
-to `check` by design, though its gate passed.
+run and is a gate: a `broken` one, for any reason (a toolchain rule, a missing
+essential fact such as a CUDA torch, a package that is not installed), stops
+the line and the lock is not written. The record's `verdict` stage follows
+that verdict alone (`verdict_status`): broken -> failed with its reasons,
+degraded -> passed with its reasons as warnings, ready -> passed. The cubin
+gate runs first: the profile's verify.native_libraries says which device code
+this image must carry, and its reasons name libraries the verdict also sees.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from spark_images.buildline.stages import FAILED, PASSED, SKIPPED, Audited, Gated, Scanned
 from spark_images.core.errors import EXIT_FINDING
+
+if TYPE_CHECKING:  # types only: importing the check room pulls in its readers
+    from spark_images.check.verdict import CheckResult
+
+# check.verdict.BROKEN / DEGRADED: a verdict, and the impact of each of its reasons
+BROKEN = "broken"
+DEGRADED = "degraded"
 
 # cubin verdicts under which nothing in the image runs natively on the GPU
 NO_NATIVE_CODE = ("missing", "no-gpu-code", "jit-only")
@@ -75,18 +83,28 @@ def after_scan(scanned: Scanned, gpu: str) -> Stop | None:
     return None
 
 
-def after_check(scanned: Scanned) -> Stop | None:
-    """A `broken` check stops the line only for its toolchain-rule reasons (see the module doc).
+@dataclass(frozen=True)
+class VerdictStatus:
+    """The record's `verdict` stage, from the verdict computed from content alone."""
 
-    Decided after `after_scan` passed: the library reasons were judged there.
-    """
-    check = scanned.check
-    if check is None or check.verdict != "broken":
+    status: str  # failed for broken; passed for degraded (with warnings) and ready
+    reason: str = ""  # the broken reasons, one line each, joined
+    warnings: tuple[str, ...] = ()  # the degraded reasons' lines
+
+
+def verdict_status(check: CheckResult) -> VerdictStatus:
+    lines = {impact: tuple(r.line() for r in check.reasons if r.impact == impact) for impact in (BROKEN, DEGRADED)}
+    if check.verdict == BROKEN:
+        return VerdictStatus(FAILED, "; ".join(lines[BROKEN]), lines[DEGRADED])
+    return VerdictStatus(PASSED, "", lines[DEGRADED])
+
+
+def after_check(scanned: Scanned) -> Stop | None:
+    """A `broken` check stops the line, whatever its reasons (see the module doc)."""
+    if scanned.check is None:
         return None
-    rules = [r for r in check.reasons if r.impact == "broken" and r.rule]
-    if not rules:
-        return None
-    return Stop("verdict", "; ".join(r.line() for r in rules))
+    found = verdict_status(scanned.check)
+    return Stop("verdict", found.reason) if found.status == FAILED else None
 
 
 def after_coherence(gated: Gated) -> Stop | None:

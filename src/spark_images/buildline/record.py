@@ -1,8 +1,10 @@
 """BuildRecord: one JSON document per build that every stage adds a section to.
 
 `build/NAME/record.json`. Sections: validate, audit, render, build, cubins,
-coherence, lock, result. Each stage section has at least `status` in
+verdict, coherence, lock, result. Each stage section has at least `status` in
 {"passed", "failed", "skipped", "error"} and, for skipped/failed, `reason`.
+The `verdict` section's status follows the `check` verdict it carries
+(`gates.verdict_status`): broken is failed, degraded is passed with `warnings`.
 The line serialises it from the stage results at the end (`serialise`); it
 is an output, not what stages read. Reports (terminal, Markdown, JSON) are
 rendered from the record alone.

@@ -2,7 +2,8 @@
 
 - the record's sections (`build/NAME/record.json`, and from it the terminal
   summary and the Markdown report); its `verdict` section is the `check` of
-  the built archive (`CheckResult.to_json()`), with the gate's status;
+  the built archive (`CheckResult.to_json()`), with the status its verdict
+  gives (`gates.verdict_status`);
 - the lock entry (`images.lock.json`), always a candidate, with one line per
   recipe the gate served ("recipe X passed on D at T tok/s") or skipped;
 - the audit predicate (`build/NAME/audit-predicate.json`): what the audit
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_images.buildline import summary
+from spark_images.buildline import gates, summary
 from spark_images.buildline.gates import Stop
 from spark_images.buildline.record import stage
 from spark_images.buildline.stages import (
@@ -107,14 +108,20 @@ def cubins_section(s: Scanned, stop: Stop | None = None) -> dict[str, Any]:
     return doc
 
 
-def verdict_section(s: Scanned, stop: Stop | None = None) -> dict[str, Any] | None:
-    """`check` of the built image: `status` is the gate's (`gates.after_check`), the rest its JSON."""
+def verdict_section(s: Scanned) -> dict[str, Any] | None:
+    """`check` of the built image: its JSON, with the stage status its verdict gives.
+
+    The status follows the verdict alone (`gates.verdict_status`), whichever
+    gate stopped the line: broken is `failed` with the broken reasons,
+    degraded `passed` with the degraded reasons as `warnings`.
+    """
     if s.check is None:
         return None
-    doc = s.check.to_json()
-    if stop is not None:
-        return {"status": FAILED, "reason": stop.reason, **doc}
-    return {"status": PASSED, **doc}
+    found = gates.verdict_status(s.check)
+    head: dict[str, Any] = {"status": found.status}
+    if found.reason:
+        head["reason"] = found.reason
+    return {**head, "warnings": list(found.warnings), **s.check.to_json()}
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -145,7 +152,7 @@ def sections(r: Results) -> dict[str, Any]:
         out["build"] = stage(PASSED, **build_fields(r.built))
     if r.scanned is not None:
         out["cubins"] = cubins_section(r.scanned, stop if stop and stop.stage == "cubins" else None)
-        verdict = verdict_section(r.scanned, stop if stop and stop.stage == "verdict" else None)
+        verdict = verdict_section(r.scanned)
         if verdict is not None:
             out["verdict"] = verdict
     if r.gated is not None:

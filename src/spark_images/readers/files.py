@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import mmap
 import os
+import posixpath
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -81,14 +82,59 @@ def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str, spo
         return Member(info.filename, None, f"unreadable zip member in {label} ({exc})")
 
 
+def install_path(name: str) -> str | None:
+    """Where pip puts zip member `name`, relative to site-packages, or None outside it.
+
+    pip joins the member's `os.path.normpath` to the target and refuses the
+    wheel when that leaves it (`..`, an absolute path).
+    """
+    normed = posixpath.normpath(name)
+    if normed.startswith("/") or normed == ".." or normed.startswith("../") or normed == ".":
+        return None
+    return normed
+
+
 def zip_members(
     archive: zipfile.ZipFile, want: Want, label: str, spool_over: int | None = None
 ) -> Iterator[Member]:
-    """Wanted members in archive order; the next one is inflated while this one is used."""
-    infos = [i for i in archive.infolist() if not i.is_dir() and want(i.filename)]
-    made = (_zip_member(archive, info, label, spool_over) for info in infos)
+    """Wanted members in archive order, named by where pip installs them.
+
+    The next one is inflated while this one is used. Two members that install
+    at one path (the same name twice, or one reached through `..`): pip writes
+    them in archive order, so the last is the file installed; only it is read,
+    under that path, and each earlier one is a member with the error that says
+    so, never dropped silently. A member outside site-packages is a UsageError:
+    pip refuses to install such a wheel.
+    """
+    infos = [i for i in archive.infolist() if not i.is_dir()]
+    paths: list[tuple[zipfile.ZipInfo, str]] = []
+    for info in infos:
+        path = install_path(info.filename)
+        if path is None:
+            raise UsageError(
+                f"{label}: member {info.filename!r} installs outside site-packages, so pip refuses the wheel "
+                "(fix: rebuild it without '..' or absolute member names)"
+            )
+        paths.append((info, path))
+    last = {path: info for info, path in paths}  # a later member overwrites an earlier one, as pip's writes do
+    wanted: list[Member | tuple[zipfile.ZipInfo, str]] = []
+    for info, path in paths:
+        if not want(path):
+            continue
+        kept = last[path]
+        if kept is info:
+            wanted.append((info, path))
+        else:
+            why = f"not installed: the later member {kept.filename!r} installs at {path} too, and pip keeps the last"
+            wanted.append(Member(info.filename, None, why))
+    made = (item if isinstance(item, Member) else _named(_zip_member(archive, item[0], label, spool_over), item[1])
+            for item in wanted)  # fmt: skip
     for member in run_ahead(made, depth=1, drop=lambda m: close_quietly(m.data)):
         yield from yield_and_close(member)
+
+
+def _named(member: Member, path: str) -> Member:
+    return member if member.path == path else Member(path, member.data, member.error)
 
 
 def open_zip(source: Path | BinaryIO, label: str) -> zipfile.ZipFile:
@@ -115,7 +161,8 @@ def requirement_members(
         except UsageError:
             archive = None
         if archive is not None:
-            wanted = sum(i.compress_size for i in archive.infolist() if not i.is_dir() and want(i.filename))
+            wanted = sum(i.compress_size for i in archive.infolist()
+                         if not i.is_dir() and want(install_path(i.filename) or i.filename))  # fmt: skip
             if wanted <= RANGE_SHARE * wheel.size:
                 with archive:
                     yield from zip_members(archive, want, wheel.filename, spool_over)
@@ -134,4 +181,4 @@ def requirement_members(
     yield from wheel_members(local, want, spool_over)
 
 
-__all__ = ["ShortRead", "dir_members", "file_member", "open_zip", "requirement_members", "wheel_members", "zip_members"]
+__all__ = ["ShortRead", "dir_members", "file_member", "install_path", "open_zip", "requirement_members", "wheel_members", "zip_members"]
