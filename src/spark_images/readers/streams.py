@@ -142,15 +142,19 @@ class ForwardStream(io.RawIOBase):
             out = self._buf if (self._pos == 0 and end == len(self._buf)) else self._buf[self._pos : end]
             self._pos = end
             return out
-        parts = [self._buf[self._pos :]]
-        n -= len(parts[0])
-        self._pos = len(self._buf)
-        while n > 0 and self._next():
-            piece = self._buf if n >= len(self._buf) else self._buf[:n]
-            self._pos = len(piece)
-            n -= len(piece)
-            parts.append(piece)
-        return b"".join(parts)
+        # across chunks: views of each piece, copied once by the join
+        return b"".join(self.views(n))
+
+    def views(self, n: int) -> Iterator[memoryview]:
+        """The next `n` bytes (fewer at the end of the stream) as views of the chunks
+        themselves, nothing copied; each view stays valid after the stream moves on."""
+        while n > 0:
+            if self._pos >= len(self._buf) and not self._next():
+                return
+            take = min(n, len(self._buf) - self._pos)
+            yield memoryview(self._buf)[self._pos : self._pos + take]
+            self._pos += take
+            n -= take
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         data = self.read(len(buffer))
