@@ -5,7 +5,9 @@ unpack and hands everything else to `tarfile.TarInfo.frombuf`. Here both
 read the same 512-byte blocks: every header of archives written by tarfile
 in all three formats (long names, links, devices, huge ids, UTF-8, V7
 directories), odd hand-made blocks, and every header of the real arm64
-root file system the engine tests build from.
+root file system the engine tests build from. And the layer walk (`_walk`)
+meets the same members at the same data offsets as tarfile, and refuses
+what a layer must not hide (corrupt or cut headers, cut data, huge pax).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_images.readers.common import ShortRead, spool
 from spark_images.readers.layers import _TarInfo, _walk
 from spark_images.readers.streams import ForwardStream, LayerError
 
@@ -232,3 +235,15 @@ def _pax_lie() -> bytes:
     info = tarfile.TarInfo("././@PaxHeader")
     info.type, info.size = tarfile.XHDTYPE, len(records)
     return info.tobuf(format=tarfile.USTAR_FORMAT) + records.ljust(512, b"\0") + tarfile.TarInfo("x").tobuf()
+
+
+def test_a_member_spooled_across_chunks_is_its_bytes_and_a_short_one_is_refused() -> None:
+    data = bytes(range(256)) * 40  # 10 240 bytes in 700-byte chunks: pieces cut at every boundary
+    stream = ForwardStream(iter([data[i : i + 700] for i in range(0, len(data), 700)]))
+    stream.seek(100)
+    mapped = spool(stream, 9000, "m", framed=True)
+    assert bytes(mapped[:]) == data[100:9100] and stream.tell() == 9100
+    assert stream.read(5) == data[9100:9105]  # the stream stands right after the member
+    short = ForwardStream(iter([data[:700], data[700:1000]]))
+    with pytest.raises(ShortRead, match="ends 24 bytes before"):
+        spool(short, 1024, "m", framed=True)

@@ -4,8 +4,9 @@ Caps make every read bounded by construction: a member is refused before it
 is inflated when its declared size is over `MAX_MEMBER` or its declared
 compression ratio is over `MAX_RATIO`, and a member whose bytes run past its
 declared size is cut off at one byte more and reported. Members above a
-caller's `spool_over` go to an unlinked temporary file that is mapped
-read-only, so a parser that touches headers only keeps memory low.
+caller's `spool_over` go to anonymous shared memory (memfd; an unlinked
+temporary file past MEMORY_SPOOL) that is mapped read-only, so a parser that
+touches headers only keeps its resident memory low.
 """
 
 from __future__ import annotations

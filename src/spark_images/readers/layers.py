@@ -1,4 +1,10 @@
-"""One layer reader: stdlib `tarfile` streaming over a gzip/zstd/plain layer, plus whiteouts.
+"""One layer reader: a tar header walk over a gzip/zstd/plain layer stream, plus whiteouts.
+
+The walk (`_walk`) reads the 512-byte headers itself (ustar, GNU long names,
+pax) and skips the data of unwanted members by seeking, which drops whole
+decompressed chunks: no per-member tarfile object, nothing copied.
+`layer_entries` (for `repro`, which compares modes and owners) still uses
+stdlib `tarfile` with `_TarInfo`.
 
 Layers are read from the top one down, so a path is yielded once (its
 topmost version) and files that a later layer deleted (`.wh.NAME`) or hid
