@@ -222,6 +222,8 @@ def test_the_walk_refuses_what_a_layer_must_not_hide() -> None:
         "a header cut in two": (data[: second_header + 200], "truncated|ends after"),
         "a 2 GiB pax header": (pax.tobuf(format=tarfile.USTAR_FORMAT) + bytes(4096), "exceeds"),
         "a pax record that lies": (_pax_lie(), "invalid pax header record"),
+        "a chain of extended headers": (_pax_chain(), "exceeds .*with those before it"),
+        "a negative pax size": (_pax_member(b"13 size=-512\n"), "negative size"),
     }
     for case, (blob, words) in cases.items():
         with pytest.raises(LayerError, match=words):
@@ -247,3 +249,20 @@ def test_a_member_spooled_across_chunks_is_its_bytes_and_a_short_one_is_refused(
     short = ForwardStream(iter([data[:700], data[700:1000]]))
     with pytest.raises(ShortRead, match="ends 24 bytes before"):
         spool(short, 1024, "m", framed=True)
+
+
+def _pax_member(records: bytes, then: bytes = b"") -> bytes:
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.type, info.size = tarfile.XHDTYPE, len(records)
+    body = records + bytes(-len(records) % tarfile.BLOCKSIZE)
+    return info.tobuf(format=tarfile.USTAR_FORMAT) + body + (then or tarfile.TarInfo("x").tobuf())
+
+
+def _pax_chain() -> bytes:
+    """Two pax headers of 600 KiB each before one member: each under the cap, together over it."""
+    record = b"comment=" + b"c" * (600 << 10) + b"\n"
+    for digits in range(1, 9):
+        line = b"%d " % (len(record) + digits + 1) + record
+        if len(line) == len(record) + digits + 1:
+            break
+    return _pax_member(line, _pax_member(line))

@@ -250,6 +250,7 @@ def _walk(stream: ForwardStream) -> Iterator[_Entry]:
     at the very start (an empty layer, which yields nothing). End blocks end the walk.
     """
     pax_global: dict[str, str] = {}
+    global_bytes = 0  # all 'g' headers of the layer together stay under MAX_EXTENDED too
     while True:
         at = stream.tell()
         block = stream.read(_BLOCK)
@@ -259,11 +260,14 @@ def _walk(stream: ForwardStream) -> Iterator[_Entry]:
             return
         extended: dict[str, str] = {}
         long_name = long_link = None
+        ext_bytes = 0  # the extended headers of one member together, a chain of them included
         try:
             name, kind, size, link = _header(block)
             while kind in _EXTENDED:  # an extended header, then the header it extends
-                if size > MAX_EXTENDED:
-                    raise LayerError(f"extended header {name!r:.80} of {size} bytes exceeds {MAX_EXTENDED}")
+                ext_bytes += size
+                global_bytes += size if kind == tarfile.XGLTYPE else 0
+                if max(ext_bytes, global_bytes) > MAX_EXTENDED:
+                    raise LayerError(f"extended header {name!r:.80} of {size} bytes exceeds {MAX_EXTENDED} (with those before it)")
                 data = stream.read(size)
                 if len(data) < size:
                     raise LayerError(f"tar stream ends inside an extended header at byte {at}")
@@ -299,6 +303,8 @@ def _walk(stream: ForwardStream) -> Iterator[_Entry]:
                     size = int(pax["size"])
                 except ValueError:
                     raise LayerError(f"pax size {pax['size']!r:.40} of {name!r:.80} is not a number") from None
+        if size < 0:
+            raise LayerError(f"{name!r:.120} declares a negative size {size}")
         if long_name is not None:
             name = long_name
         if long_link is not None:
