@@ -25,11 +25,16 @@ Measured in this one process, alternating, best of --runs:
   in-process `scan_target(TREE)` / reading every file.
 Prints /proc/loadavg before and after. With --profile, one cProfile run of
 each scan first (top functions by cumulative and internal time).
+With --before SRC (the `src` folder of an older checkout, e.g. from
+`git archive`), that code's scans are timed too, in this same process and
+alternating with today's (its modules swapped into sys.modules around each
+call; the whole-process check runs with PYTHONPATH=SRC).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gzip
 import hashlib
@@ -43,7 +48,9 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import build_scan  # beside this script
 
@@ -271,6 +278,46 @@ def read_tree(tree: Path) -> int:
     return total
 
 
+def _ours() -> dict[str, ModuleType]:
+    return {k: m for k, m in sys.modules.items() if k == "spark_images" or k.startswith("spark_images.")}
+
+
+def load_before(src: Path) -> dict[str, ModuleType]:
+    """The older code's modules (check and cubins with what they import), imported beside today's."""
+    ours = _ours()
+    for key in ours:
+        del sys.modules[key]
+    sys.path.insert(0, str(src))
+    try:
+        import importlib
+
+        for name in ("spark_images.check", "spark_images.cubins", "spark_images.check.collect"):
+            importlib.import_module(name)
+        theirs = _ours()
+        assert str(theirs["spark_images"].__file__).startswith(str(src)), theirs["spark_images"].__file__
+    finally:
+        sys.path.remove(str(src))
+        for key in _ours():
+            del sys.modules[key]
+        sys.modules.update(ours)
+    return theirs
+
+
+@contextlib.contextmanager
+def using(mods: dict[str, ModuleType]) -> Iterator[dict[str, ModuleType]]:
+    """`mods` in sys.modules while the block runs (functions import lazily from there)."""
+    ours = _ours()
+    for key in ours:
+        del sys.modules[key]
+    sys.modules.update(mods)
+    try:
+        yield mods
+    finally:
+        for key in _ours():
+            del sys.modules[key]
+        sys.modules.update(ours)
+
+
 def loadavg() -> str:
     return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
 
@@ -292,7 +339,9 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "spark-images-test" / "bench-at-limit")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--clean", action="store_true", help="delete the generated tree and archive afterwards")
+    ap.add_argument("--before", type=Path, help="the src folder of older code to time beside today's")
     args = ap.parse_args()
+    before = load_before(args.before.resolve()) if args.before else None
     tree, archive = ensure(args.cache, args.gib)
     site = str(tree / SITE)
     files = [str(p) for p in sorted((tree / SITE).rglob("*")) if p.is_file()]
@@ -329,6 +378,18 @@ def main() -> int:
         wall, rss, out = cubins_bench.run_child(check_cli)
         note("check_tree", wall)
         verdict = json.loads(out).get("verdict")
+        if before is not None:
+            with using(before) as old:
+                t0 = time.perf_counter()
+                old["spark_images.cubins"].scan_target(str(archive), "sm_121", GLOBS)
+                note("before_scan_archive", time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                old["spark_images.check"].gather(str(archive), "sm_121", required=GLOBS)
+                note("before_gather_archive", time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                old["spark_images.cubins"].scan_target(site, "sm_121", GLOBS)
+                note("before_scan_tree", time.perf_counter() - t0)
+            note("before_check_tree", cubins_bench.run_child(["env", f"PYTHONPATH={args.before.resolve()}", *check_cli])[0])
     print(f"load after:  {loadavg()}")
     libs = len(report.libraries) if hasattr(report, "libraries") else "?"
     print(f"archive scan found {libs} libraries; tree check verdict {verdict}; check peak RSS {rss / MiB:.0f} MiB")
@@ -342,6 +403,13 @@ def main() -> int:
         ("tree: cat of every file (process)", b["cat"], None, None),
         ("tree: spark-images check (process)", b["check_tree"], b["check_tree"] / b["cat"], 1.5),
     ]
+    if before is not None:
+        rows += [
+            ("before: cubins scan_target(archive)", b["before_scan_archive"], b["before_scan_archive"] / b["plain"], 1.2),
+            ("before: check.gather(archive)", b["before_gather_archive"], b["before_gather_archive"] / b["plain"], 1.2),
+            ("before: cubins scan_target(tree)", b["before_scan_tree"], b["before_scan_tree"] / b["read_tree"], None),
+            ("before: spark-images check (process)", b["before_check_tree"], b["before_check_tree"] / b["cat"], 1.5),
+        ]
     for label, seconds, ratio, goal in rows:
         extra = f"   ratio {ratio:.2f}" + (f" (goal <= {goal}) {'OK' if ratio <= goal else 'OVER'}" if goal else "") if ratio else ""
         print(f"  {label:44s} {seconds:7.2f} s{extra}")

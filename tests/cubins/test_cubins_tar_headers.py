@@ -5,7 +5,9 @@ unpack and hands everything else to `tarfile.TarInfo.frombuf`. Here both
 read the same 512-byte blocks: every header of archives written by tarfile
 in all three formats (long names, links, devices, huge ids, UTF-8, V7
 directories), odd hand-made blocks, and every header of the real arm64
-root file system the engine tests build from.
+root file system the engine tests build from. And the layer walk (`_walk`)
+meets the same members at the same data offsets as tarfile, and refuses
+what a layer must not hide (corrupt or cut headers, cut data, huge pax).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_images.readers.layers import _TarInfo
+from spark_images.readers.common import ShortRead, spool
+from spark_images.readers.layers import _TarInfo, _walk
+from spark_images.readers.streams import ForwardStream, LayerError
 
 ROOTFS = Path(os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test")) / "rootfs-arm64.tar"
 ENC, ERR = "utf-8", "surrogateescape"
@@ -164,3 +168,101 @@ def test_every_header_of_the_real_arm64_root_file_system_reads_the_same() -> Non
             assert ours == theirs, member.name
             seen += 1
     assert seen > 1000
+
+
+# --- the layer walk: the same members, at the same offsets, as tarfile reads them -------------
+
+
+def _walked(data: bytes) -> list[tuple[str, bytes, int, str, int]]:
+    stream = ForwardStream(iter([data[i : i + 700] for i in range(0, len(data), 700)]))  # chunks cut mid-header
+    return [(e.name, e.type, e.size, e.linkname, stream.tell()) for e in _walk(stream)]
+
+
+def _tarfile_members(data: bytes) -> list[tuple[str, bytes, int, str, int]]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:", encoding=ENC, errors=ERR) as tar:
+        return [(m.name, m.type, m.size, m.linkname, m.offset_data) for m in tar]
+
+
+def _global_pax() -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT, pax_headers={"comment": "global"}) as tar:
+        for name in ("a/" + "x" * 200, "b.so"):
+            info = tarfile.TarInfo(name)
+            info.size = 3
+            tar.addfile(info, io.BytesIO(b"abc"))
+    return raw.getvalue()
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT], ids=["ustar", "gnu", "pax"])
+def test_the_walk_meets_every_member_where_tarfile_does(fmt: int) -> None:
+    data = _archive(fmt)
+    walked = _walked(data)
+    assert walked == _tarfile_members(data)
+    assert len(walked) >= 9 and any(len(name) >= 300 for name, *_ in walked) == (fmt != tarfile.USTAR_FORMAT)
+
+
+def test_the_walk_reads_a_global_pax_header_and_the_real_root_file_system_as_tarfile_does() -> None:
+    assert _walked(_global_pax()) == _tarfile_members(_global_pax())
+    if ROOTFS.is_file():
+        data = ROOTFS.read_bytes()
+        assert _walked(data) == _tarfile_members(data)
+
+
+def test_the_walk_refuses_what_a_layer_must_not_hide() -> None:
+    data = _archive(tarfile.PAX_FORMAT)
+    first = _tarfile_members(data)
+    second_header = first[1][4] - tarfile.BLOCKSIZE
+    corrupt = bytearray(data)
+    corrupt[second_header + 148 : second_header + 156] = b"9999999\0"
+    pax = tarfile.TarInfo("././@PaxHeader")
+    pax.type, pax.size = tarfile.XHDTYPE, 2 << 30
+    cases = {
+        "a corrupt second header": (bytes(corrupt), "invalid header at byte"),
+        "data cut inside a member": (data[: first[0][4] + 100], "ends inside"),
+        "a header cut in two": (data[: second_header + 200], "truncated|ends after"),
+        "a 2 GiB pax header": (pax.tobuf(format=tarfile.USTAR_FORMAT) + bytes(4096), "exceeds"),
+        "a pax record that lies": (_pax_lie(), "invalid pax header record"),
+        "a chain of extended headers": (_pax_chain(), "exceeds .*with those before it"),
+        "a negative pax size": (_pax_member(b"13 size=-512\n"), "negative size"),
+    }
+    for case, (blob, words) in cases.items():
+        with pytest.raises(LayerError, match=words):
+            _walked(blob)
+        assert case
+    assert _walked(b"") == [] and _walked(bytes(1024)) == []  # an empty layer, end blocks only
+
+
+def _pax_lie() -> bytes:
+    records = b"99 path=short\n"
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.type, info.size = tarfile.XHDTYPE, len(records)
+    return info.tobuf(format=tarfile.USTAR_FORMAT) + records.ljust(512, b"\0") + tarfile.TarInfo("x").tobuf()
+
+
+def test_a_member_spooled_across_chunks_is_its_bytes_and_a_short_one_is_refused() -> None:
+    data = bytes(range(256)) * 40  # 10 240 bytes in 700-byte chunks: pieces cut at every boundary
+    stream = ForwardStream(iter([data[i : i + 700] for i in range(0, len(data), 700)]))
+    stream.seek(100)
+    mapped = spool(stream, 9000, "m", framed=True)
+    assert bytes(mapped[:]) == data[100:9100] and stream.tell() == 9100
+    assert stream.read(5) == data[9100:9105]  # the stream stands right after the member
+    short = ForwardStream(iter([data[:700], data[700:1000]]))
+    with pytest.raises(ShortRead, match="ends 24 bytes before"):
+        spool(short, 1024, "m", framed=True)
+
+
+def _pax_member(records: bytes, then: bytes = b"") -> bytes:
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.type, info.size = tarfile.XHDTYPE, len(records)
+    body = records + bytes(-len(records) % tarfile.BLOCKSIZE)
+    return info.tobuf(format=tarfile.USTAR_FORMAT) + body + (then or tarfile.TarInfo("x").tobuf())
+
+
+def _pax_chain() -> bytes:
+    """Two pax headers of 600 KiB each before one member: each under the cap, together over it."""
+    record = b"comment=" + b"c" * (600 << 10) + b"\n"
+    for digits in range(1, 9):
+        line = b"%d " % (len(record) + digits + 1) + record
+        if len(line) == len(record) + digits + 1:
+            break
+    return _pax_member(line, _pax_member(line))

@@ -4,8 +4,9 @@ Caps make every read bounded by construction: a member is refused before it
 is inflated when its declared size is over `MAX_MEMBER` or its declared
 compression ratio is over `MAX_RATIO`, and a member whose bytes run past its
 declared size is cut off at one byte more and reported. Members above a
-caller's `spool_over` go to an unlinked temporary file that is mapped
-read-only, so a parser that touches headers only keeps memory low.
+caller's `spool_over` go to anonymous shared memory (memfd; an unlinked
+temporary file past MEMORY_SPOOL) that is mapped read-only, so a parser that
+touches headers only keeps its resident memory low.
 """
 
 from __future__ import annotations
@@ -74,27 +75,49 @@ class ShortRead(ValueError):
     """A stream ended before (or ran past) its declared size."""
 
 
+# a spooled member up to this size goes to anonymous shared memory (memfd), larger ones to an
+# unlinked file on disk: writing 1.1 GiB of libraries to a disk file was 2.5 s of a 15 s image
+# scan (journal and writeback), against ~0.3 s into memory; the mapping is shared, so dropping
+# its pages from the process (`release_pages`) keeps the bytes
+MEMORY_SPOOL = 2 << 30
+SPOOL_READ = 8 << 20
+
+
+def _scratch(size: int) -> int:
+    """A file descriptor to spool `size` bytes into: memfd when small enough, else a temporary file."""
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None and size <= MEMORY_SPOOL:
+        with contextlib.suppress(OSError):
+            return int(memfd("spark-images-member", os.MFD_CLOEXEC))
+    fd, tmp = tempfile.mkstemp(prefix="spark-images-", suffix=".member")
+    os.unlink(tmp)  # gone from the file system at once, even if this process dies
+    return fd
+
+
 def spool(source: Readable, size: int, name: str, framed: bool = False) -> mmap.mmap:
-    """Copy exactly `size` bytes of `source` to an unlinked temporary file and map it.
+    """Copy exactly `size` bytes of `source` to anonymous memory or an unlinked temporary file, and map it.
 
     Reads at most one byte more than declared, so a lying size costs nothing
     extra; the mapping holds the data until it is closed. `framed`: the
     source goes on past the member (a tar stream, where the size field is the
     frame), so nothing past `size` is read.
     """
-    fd, tmp = tempfile.mkstemp(prefix="spark-images-", suffix=".member")
-    os.unlink(tmp)  # gone from the file system at once, even if this process dies
-    with os.fdopen(fd, "w+b") as fh:
+    fd = _scratch(size)
+    with os.fdopen(fd, "w+b", buffering=0) as fh:
         left = size
+        views = getattr(source, "views", None)  # a layer stream hands out its chunks uncopied
         while left > 0:
-            chunk = source.read(min(READ_CHUNK, left))
-            if not chunk:
+            pieces = views(min(SPOOL_READ, left)) if views is not None else [memoryview(source.read(min(SPOOL_READ, left)))]
+            got = 0
+            for view in pieces:
+                got += len(view)
+                while view:
+                    view = view[fh.write(view) :]
+            if not got:
                 raise ShortRead(f"{name}: data ends {left} bytes before its declared size {size}")
-            fh.write(chunk)
-            left -= len(chunk)
+            left -= got
         if not framed and source.read(1):
             raise ShortRead(f"{name}: data runs past its declared size {size}")
-        fh.flush()
         if size == 0:
             raise ShortRead(f"{name}: empty")  # mmap cannot map an empty file; callers read it instead
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)

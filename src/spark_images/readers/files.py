@@ -53,16 +53,38 @@ def _read_file(path: Path, rel: str, spool_over: int | None = None) -> Member:
         return Member(rel, None, f"cannot read ({getattr(exc, 'strerror', None) or exc})")
 
 
+def _read_entry(path: str, rel: str, spool_over: int | None) -> Member:
+    """One file of a directory walk: one open and one fstat (the walk's d_type said it is a file)."""
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if spool_over is not None and size > spool_over and size > 0:
+                return Member(rel, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+            if size > MAX_MEMBER:
+                return Member(rel, None, exceeds_size(size))
+            return Member(rel, read_exact(fh, size, rel, None))
+    except (OSError, ValueError) as exc:
+        return Member(rel, None, f"cannot read ({getattr(exc, 'strerror', None) or exc})")
+
+
 def dir_members(root: Path, want: Want, spool_over: int | None = None) -> Iterator[Member]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        base = Path(dirpath)
-        for name in sorted(filenames):
-            full = base / name
-            rel = full.relative_to(root).as_posix()
-            if full.is_symlink() or not full.is_file() or not want(rel):
-                continue
-            yield from yield_and_close(_read_file(full, rel, spool_over))
+    """Regular files below `root` (symlinks not followed), each directory's files in name
+    order before its subdirectories. `os.scandir` gives each entry's type without a stat."""
+    stack = [(os.fspath(root), "")]
+    while stack:
+        top, prefix = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue  # as os.walk: an unreadable directory is passed over
+        subdirs = []
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append((entry.path, prefix + entry.name + "/"))
+            elif entry.is_file(follow_symlinks=False) and want(rel := prefix + entry.name):
+                yield from yield_and_close(_read_entry(entry.path, rel, spool_over))
+        stack.extend(reversed(subdirs))
 
 
 def file_member(path: Path, want: Want, spool_over: int | None = None) -> Iterator[Member]:

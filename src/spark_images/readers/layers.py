@@ -1,4 +1,10 @@
-"""One layer reader: stdlib `tarfile` streaming over a gzip/zstd/plain layer, plus whiteouts.
+"""One layer reader: a tar header walk over a gzip/zstd/plain layer stream, plus whiteouts.
+
+The walk (`_walk`) reads the 512-byte headers itself (ustar, GNU long names,
+pax) and skips the data of unwanted members by seeking, which drops whole
+decompressed chunks: no per-member tarfile object, nothing copied.
+`layer_entries` (for `repro`, which compares modes and owners) still uses
+stdlib `tarfile` with `_TarInfo`.
 
 Layers are read from the top one down, so a path is yielded once (its
 topmost version) and files that a later layer deleted (`.wh.NAME`) or hid
@@ -20,6 +26,7 @@ import struct
 import tarfile
 import zlib
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from spark_images.core.errors import UsageError
 from spark_images.readers.common import (
@@ -163,37 +170,185 @@ class _Kept:
         self.data.clear()
 
 
+# --- the layer walk: tar headers read straight off the stream --------------------------------
+
+_BLOCK = tarfile.BLOCKSIZE
+_ZEROS = bytes(_BLOCK)
+_ENC, _ERR = "utf-8", "surrogateescape"  # what tarfile.open uses on Linux
+# types whose size field frames data that follows the header (tarfile: regular, or unknown)
+_NO_DATA = frozenset(tarfile.SUPPORTED_TYPES) - frozenset(tarfile.REGULAR_TYPES)
+_SPARSE_KEYS = ("GNU.sparse.map", "GNU.sparse.size", "GNU.sparse.major", "GNU.sparse.offset")
+
+
+class _Entry(NamedTuple):
+    """One member as the walk meets it: only what the overlay and the reader need."""
+
+    name: str
+    type: bytes
+    size: int
+    linkname: str
+    sparse: bool  # GNU or pax sparse: real layers have none; reported, never read
+
+
+def _nts(field: bytes) -> str:
+    return field.split(b"\0", 1)[0].decode(_ENC, _ERR)
+
+
+def _header(block: bytes) -> tuple[str, bytes, int, str]:
+    """(name, type, size, linkname) of one 512-byte header; tarfile.HeaderError when it is not one.
+
+    The common header (octal size and checksum, the unsigned checksum) is read here
+    in a few slices; anything else goes to `_TarInfo.frombuf` (tarfile's rules)."""
+    kind = block[156:157]
+    try:
+        size = int(block[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+        chksum = int(block[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        chksum = -1
+    if chksum != 256 + sum(block) - sum(block[148:156]) or kind == tarfile.GNUTYPE_SPARSE or len(block) != _BLOCK:
+        info = _TarInfo.frombuf(block, _ENC, _ERR)
+        return info.name, info.type, info.size, info.linkname
+    name = _nts(block[:100])
+    if kind == tarfile.AREGTYPE and name.endswith("/"):  # a V7 directory
+        kind = tarfile.DIRTYPE
+    if kind == tarfile.DIRTYPE:
+        name = name.rstrip("/")
+    if block[345] and kind not in tarfile.GNU_TYPES:  # a ustar long name
+        prefix = _nts(block[345:500])
+        if prefix:
+            name = prefix + "/" + name
+    return name, kind, size, _nts(block[157:257])
+
+
+def _pax_records(data: bytes, where: int) -> dict[str, str]:
+    """`LEN key=value\\n` records of a pax header (values UTF-8, as tarfile reads them)."""
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(data) and data[pos] != 0:
+        space = data.find(b" ", pos, pos + 24)
+        try:
+            length = int(data[pos:space]) if space > pos else 0
+        except ValueError:
+            length = 0
+        end = pos + length
+        if length <= 0 or end > len(data) or data[end - 1 : end] != b"\n" or b"=" not in data[space + 1 : end]:
+            raise tarfile.SubsequentHeaderError(f"invalid pax header record at byte {where + pos}")
+        key, _, value = data[space + 1 : end - 1].partition(b"=")
+        out[key.decode(_ENC, _ERR)] = value.decode(_ENC, _ERR)
+        pos = end
+    return out
+
+
+def _walk(stream: ForwardStream) -> Iterator[_Entry]:
+    """Every member of a tar stream; after each one is yielded the stream stands at its data.
+
+    The consumer may read the data (at most `size` bytes) or not: the walk then skips
+    to the next header by seeking, so skipped data is dropped chunk by chunk, never
+    copied. pax ('x', 'g') and GNU long names ('L', 'K') are applied as tarfile applies
+    them; extended headers over MAX_EXTENDED are refused; a header that is not one, or a
+    stream that ends inside a header or inside a member's data, is a LayerError, except
+    at the very start (an empty layer, which yields nothing). End blocks end the walk.
+    """
+    pax_global: dict[str, str] = {}
+    global_bytes = 0  # all 'g' headers of the layer together stay under MAX_EXTENDED too
+    while True:
+        at = stream.tell()
+        block = stream.read(_BLOCK)
+        if not block:
+            return  # no end blocks: tarfile also takes the end of the data as the end
+        if block == _ZEROS:
+            return
+        extended: dict[str, str] = {}
+        long_name = long_link = None
+        ext_bytes = 0  # the extended headers of one member together, a chain of them included
+        try:
+            name, kind, size, link = _header(block)
+            while kind in _EXTENDED:  # an extended header, then the header it extends
+                ext_bytes += size
+                global_bytes += size if kind == tarfile.XGLTYPE else 0
+                if max(ext_bytes, global_bytes) > MAX_EXTENDED:
+                    raise LayerError(f"extended header {name!r:.80} of {size} bytes exceeds {MAX_EXTENDED} (with those before it)")
+                data = stream.read(size)
+                if len(data) < size:
+                    raise LayerError(f"tar stream ends inside an extended header at byte {at}")
+                stream.seek(stream.tell() + (-size % _BLOCK))
+                if kind == tarfile.GNUTYPE_LONGNAME:
+                    long_name = _nts(data)
+                elif kind == tarfile.GNUTYPE_LONGLINK:
+                    long_link = _nts(data)
+                elif kind == tarfile.XGLTYPE:
+                    pax_global.update(_pax_records(data, at))
+                else:
+                    extended.update(_pax_records(data, at))
+                block = stream.read(_BLOCK)
+                if len(block) < _BLOCK or block == _ZEROS:
+                    raise LayerError(f"tar stream ends after an extended header at byte {at}")
+                name, kind, size, link = _header(block)
+        except tarfile.HeaderError as exc:
+            raise LayerError(f"{exc} at byte {at}") from None
+        pax = {**pax_global, **extended} if pax_global else extended
+        sparse = kind == tarfile.GNUTYPE_SPARSE
+        more = sparse and block[482]  # an old GNU sparse map goes on in blocks of its own
+        while more:
+            ext = stream.read(_BLOCK)
+            if len(ext) < _BLOCK:
+                raise LayerError(f"tar stream ends inside the sparse map of {name!r:.120}")
+            more = ext[504]
+        if pax:
+            name = pax.get("path", name)
+            link = pax.get("linkpath", link)
+            sparse = sparse or any(k in pax for k in _SPARSE_KEYS)
+            if "size" in pax:
+                try:
+                    size = int(pax["size"])
+                except ValueError:
+                    raise LayerError(f"pax size {pax['size']!r:.40} of {name!r:.80} is not a number") from None
+        if size < 0:
+            raise LayerError(f"{name!r:.120} declares a negative size {size}")
+        if long_name is not None:
+            name = long_name
+        if long_link is not None:
+            link = long_link
+        start = stream.tell()
+        yield _Entry(name, kind, size, link, sparse)
+        if kind in _NO_DATA:
+            continue
+        if stream.seek(start + size) != start + size:
+            raise LayerError(f"tar stream ends inside {name!r:.120} ({size} bytes declared)")
+        stream.seek(start + size + (-size % _BLOCK))
+
+
 def layer_members(
     stream: ForwardStream, overlay: Overlay, want: Want, label: str, spool_over: int | None = None
 ) -> Iterator[Member]:
-    """The visible wanted members of one layer; updates `overlay` when the layer ends."""
+    """The visible wanted members of one layer; updates `overlay` when the layer ends.
+
+    Every entry goes into this layer's seen and hidden sets, visible or not: a path
+    an upper layer already hides stays hidden below it either way, so visibility is
+    worked out for wanted entries only."""
     new_seen: set[str] = set()
     new_hidden: set[str] = set()
     kept = _Kept()
-    tar = _open_tar(stream)
-    if tar is None:
-        return
     try:
-        while (info := tar.next()) is not None:
-            tar.members.clear()  # tarfile keeps every header otherwise: memory grows with the layer
-            name = _norm(info.name)
+        for entry in _walk(stream):
+            name = _norm(entry.name)
             parent, _, base = name.rpartition("/")
-            if base == ".wh..wh..opq":
-                if parent:
-                    new_hidden.add(parent)
-                continue
             if base.startswith(".wh."):
-                new_hidden.add(f"{parent}/{base[4:]}" if parent else base[4:])
+                if base == ".wh..wh..opq":
+                    if parent:
+                        new_hidden.add(parent)
+                else:
+                    new_hidden.add(f"{parent}/{base[4:]}" if parent else base[4:])
                 continue
-            if not name or info.isdir():  # directories merge with lower layers
+            kind = entry.type
+            if not name or kind == tarfile.DIRTYPE:  # directories merge with lower layers
                 continue
-            visible = overlay.visible(name)
-            if visible:
-                new_seen.add(name)
-                new_hidden.add(name)  # a non-directory replaces a lower directory of that name
-            wanted = want(name)
-            if info.isreg() and wanted and visible:
-                member = _regular(tar, stream, info, name, spool_over)
+            new_seen.add(name)
+            new_hidden.add(name)  # a non-directory replaces a lower directory of that name
+            if not want(name) or not overlay.visible(name):
+                continue
+            if kind in tarfile.REGULAR_TYPES:
+                member = _regular(stream, entry, name, spool_over)
                 keep = member.data is not None and kept.offer(name, member.data)
                 try:
                     yield member
@@ -202,8 +357,8 @@ def layer_members(
                         close_quietly(member.data)
                     elif isinstance(member.data, mmap.mmap):
                         release_pages(member.data)  # kept for a hard link: keep it off the RSS meanwhile
-            elif info.islnk() and wanted and visible:
-                target = _norm(info.linkname)
+            elif kind == tarfile.LNKTYPE:
+                target = _norm(entry.linkname)
                 data = kept.data.get(target)
                 if data is not None:
                     yield Member(name, data)
@@ -218,24 +373,22 @@ def layer_members(
 
 
 def _data(tar: tarfile.TarFile, stream: ForwardStream, info: tarfile.TarInfo) -> Readable | None:
-    """Where a regular member's bytes are read from: the layer stream itself, at its data
-    (the reader then stops at its size: `framed`), or tarfile's view of a sparse file."""
+    """Where a regular member's bytes are read from (for `layer_entries`): the layer stream
+    itself, at its data (the reader then stops at its size), or tarfile's view of a sparse file."""
     if info.issparse():
         return tar.extractfile(info)  # tarfile maps the holes; real layers have no sparse files
     stream.seek(info.offset_data)
     return stream
 
 
-def _regular(
-    tar: tarfile.TarFile, stream: ForwardStream, info: tarfile.TarInfo, name: str, spool_over: int | None
-) -> Member:
-    if info.size > MAX_MEMBER:
-        return Member(name, None, exceeds_size(info.size))
-    source = _data(tar, stream, info)
-    if source is None:
-        return Member(name, None, "not a regular file")
+def _regular(stream: ForwardStream, entry: _Entry, name: str, spool_over: int | None) -> Member:
+    """A regular member's bytes, read from the layer stream where the walk left it (at its data)."""
+    if entry.sparse:
+        return Member(name, None, "a sparse file in the layer: not read (image builders write none)")
+    if entry.size > MAX_MEMBER:
+        return Member(name, None, exceeds_size(entry.size))
     try:
-        return Member(name, read_exact(source, info.size, name, spool_over, framed=source is stream))
+        return Member(name, read_exact(stream, entry.size, name, spool_over, framed=True))
     except ShortRead as exc:
         raise LayerError(f"tar stream ends inside {name} ({exc})") from exc
 

@@ -3,8 +3,8 @@
 A layer arrives as an iterator of byte chunks (a registry download or a
 slice of an archive on disk, its digest checked as it streams). `Decompressed`
 inflates gzip (multi-member too) or zstd, detected by magic, with a ratio and
-an absolute cap; `ForwardStream` gives `tarfile` the seekable file it wants
-without ever going back. Download and inflation each run in a thread ahead of
+an absolute cap; `ForwardStream` gives the layer's tar walk a seekable file
+that never goes back. Download and inflation each run in a thread ahead of
 the parser (`run_ahead`).
 """
 
@@ -80,14 +80,14 @@ class ChunkStream(io.RawIOBase):
 
 
 class ForwardStream(io.RawIOBase):
-    """A forward-only seekable stream over decompressed chunks, for `tarfile` in "r:" mode.
+    """A forward-only seekable stream over decompressed chunks, for the layer walk (and `tarfile` in "r:" mode).
 
     tarfile's stream mode ("r|") reads in 10 KiB blocks and re-slices its
     buffer on every read, and skips a member's data by reading it block by
     block: on a multi-GB layer that Python work, not inflation, was most of
-    the time. Here skipping drops whole chunks and a read slices at most two;
-    tarfile's own header parser (ustar, GNU, pax) still reads every header.
-    A seek backwards is refused: a layer is read once, as it streams.
+    the time. Here skipping drops whole chunks, a read slices at most two, and
+    `views` hands out the chunks themselves. A seek backwards is refused: a
+    layer is read once, as it streams.
     """
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
@@ -142,15 +142,19 @@ class ForwardStream(io.RawIOBase):
             out = self._buf if (self._pos == 0 and end == len(self._buf)) else self._buf[self._pos : end]
             self._pos = end
             return out
-        parts = [self._buf[self._pos :]]
-        n -= len(parts[0])
-        self._pos = len(self._buf)
-        while n > 0 and self._next():
-            piece = self._buf if n >= len(self._buf) else self._buf[:n]
-            self._pos = len(piece)
-            n -= len(piece)
-            parts.append(piece)
-        return b"".join(parts)
+        # across chunks: views of each piece, copied once by the join
+        return b"".join(self.views(n))
+
+    def views(self, n: int) -> Iterator[memoryview]:
+        """The next `n` bytes (fewer at the end of the stream) as views of the chunks
+        themselves, nothing copied; each view stays valid after the stream moves on."""
+        while n > 0:
+            if self._pos >= len(self._buf) and not self._next():
+                return
+            take = min(n, len(self._buf) - self._pos)
+            yield memoryview(self._buf)[self._pos : self._pos + take]
+            self._pos += take
+            n -= take
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         data = self.read(len(buffer))
