@@ -7,19 +7,16 @@ import hashlib
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from coherence_fakes import FAKE_PATH, free_port
 
 from cache_lock import cache_lock
-
-FAKE_PATH = Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"
 
 
 @pytest.fixture(scope="session")
@@ -30,12 +27,6 @@ def fake_vllm() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -18,8 +18,8 @@ import sys
 import time
 
 from captured import CAPTURE
+from coherence_fakes import FAKE_PATH, free_port
 
-from conftest import FAKE_PATH, free_port
 from spark_images.coherence.refusal import refusal
 
 LOAD_S = float(os.environ.get("SPARK_IMAGES_TEST_LOAD_S", "4"))

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from conftest import FAKE_PATH, free_port
+from coherence_fakes import FAKE_PATH, free_port
 
 FAST = {"FAKE_VLLM_TOKS_PER_S": "2000", "FAKE_VLLM_STARTUP_S": "0.4", "FAKE_VLLM_MODE": "loop"}
 GGUF = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
