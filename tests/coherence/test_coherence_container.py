@@ -106,6 +106,9 @@ def test_a_backend_vllm_refuses_is_told_from_a_slow_start_in_a_container(fake_vl
     assert combo["startup_s"] < 30  # the exit ended the wait, not the health timeout
     assert any("--moe-backend 'no_such_backend'" in r and "'marlin'" in r and "'triton_unfused'" in r
                for r in combo["reasons"]), combo["reasons"]  # fmt: skip
+    # nothing passed: the same keys as a selection, empty, with the reason (as in local-process mode)
+    assert section["selected"] is None and section["selected_per_model"] == {}
+    assert section["selected_reason"] == "no coherent combination for org/m"
 
 
 def test_ctrl_c_removes_the_container(fake_vllm_image: str) -> None:

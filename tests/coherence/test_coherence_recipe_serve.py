@@ -77,6 +77,8 @@ def test_recipe_serves_its_exact_command_with_its_environment_round_after_round(
     ])  # fmt: skip
     (combo,) = section["combinations"]
     assert combo["model"] == GGUF  # the recipe's model is the served model
+    assert section["selected"]["serve_command"] == section["serve_command"]  # the recipe's exact command
+    assert section["selected"]["decode_tokens_per_s"] == combo["speed"]["decode_tokens_per_s"]
     assert len(starts.read_text().splitlines()) == 2  # one start per round
     assert [(o["round"], o["served"]) for o in section["rounds"]["order"]] == [(1, True), (2, True)]
     assert combo["speed"]["spread"]["runs"] == 4 and [

@@ -10,6 +10,9 @@ refusal (max_model_len, out of memory) are findings that name vLLM's line.
 (`recipes.gate.serve_command`), the recipe's model as the served model.
 The child's whole process group is always ended: on return, on an error and
 on Ctrl-C/SIGTERM.
+The section's `selected` has container mode's shape (less the docker
+command): the one combination, with the exact command, when it passed with a
+measured speed; else None with `selected_reason` (`verdict.served_selection`).
 """
 
 from __future__ import annotations
@@ -202,6 +205,11 @@ def gate_argv(
     section: dict[str, Any] = {"status": status, "serve_command": shlex.join(argv), "combinations": [result]}
     if why:
         section["reason"] = why
+    chosen, none_why = verdict.served_selection(result, shlex.join(argv))
+    section["selected"] = chosen
+    section["selected_per_model"] = {result["model"]: chosen} if chosen else {}
+    if chosen is None:
+        section["selected_reason"] = none_why
     if opts.rounds > 1:
         section["rounds"] = rounds.section_doc(opts.rounds, order)
     return section

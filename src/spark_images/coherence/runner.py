@@ -179,4 +179,8 @@ def _section(
     if per_model:
         section["selected"] = per_model[next(m for m in models if m in per_model)]
         section["selected_per_model"] = per_model
+    else:  # the same keys as a selection, so a reader meets one shape
+        section["selected"] = None
+        section["selected_per_model"] = {}
+        section["selected_reason"] = why or "no combination passed"
     return section

@@ -199,6 +199,34 @@ def selection(
     return doc
 
 
+def served_selection(result: Mapping[str, Any], command: str) -> tuple[dict[str, Any] | None, str]:
+    """(the selection, why none) of a server started from one exact `command` (local-process mode).
+
+    One model and one combination, so there is nothing to rank: the selection
+    is that combination, served as it was, when it passed with a measured
+    speed; otherwise there is none and the reason says why. The entry has the
+    shape of container mode's (`selection` plus `speed_basis`), less the
+    docker command: there is no image.
+    """
+    label = f"{result.get('model')} ({_combo_label(result)})"
+    if result.get("status") != "passed":
+        return None, f"{label} did not pass"
+    if _rate_and_interval(result) is None:
+        why = (result.get("speed") or {}).get("unknown_reason")
+        return None, f"{label} passed without a measured speed" + (f" ({why})" if why else "")
+    doc: dict[str, Any] = {
+        "model": result["model"], "moe_backend": result["moe_backend"], "linear_backend": result["linear_backend"],
+        "kv_cache_dtype": result["kv_cache_dtype"],
+        "decode_tokens_per_s": (result.get("speed") or {}).get("decode_tokens_per_s"),
+        "serve_command": command, "speed_basis": {"tie": False},
+    }  # fmt: skip
+    return doc, ""
+
+
+def _combo_label(result: Mapping[str, Any]) -> str:
+    return f"moe={result.get('moe_backend')} linear={result.get('linear_backend')} kv={result.get('kv_cache_dtype')}"
+
+
 def gate_status(results: Sequence[Mapping[str, Any]], models: Sequence[str]) -> tuple[str, str]:
     """Passed when every model has a passing combination; else failed, naming who has none."""
     if not results:
