@@ -47,6 +47,8 @@ class CoherencePlan:
     combinations: tuple[tuple[str, str, str, str], ...]
     # recipes/NAME.yaml the gate serves with their exact command (read and checked by `resolve`)
     recipes: tuple[str, ...] = ()
+    # times the gate serves each combination (A B A B ...); gate-only, so not in plan.json (see to_json)
+    rounds: int = 1
 
 
 def _backend(value: str) -> str:
@@ -77,6 +79,7 @@ def coherence_plan(profile: Profile) -> CoherencePlan | None:
         kv_cache_dtypes=settings.kv_cache_dtypes,
         combinations=tuple(combos),
         recipes=settings.recipes,
+        rounds=settings.rounds,
     )
 
 
@@ -143,6 +146,9 @@ class BuildPlan:
             doc["coherence"]["combinations"] = [dict(zip(keys, c, strict=True)) for c in self.coherence.combinations]
             if not self.coherence.recipes:  # a plan without recipes stays as it was (plan.json is in the image)
                 del doc["coherence"]["recipes"]
+            # how often the gate serves a combination is no part of the image: plan.json is copied into
+            # the build context, so a gate-only setting here would change the digest it gates
+            del doc["coherence"]["rounds"]
         return doc
 
 

@@ -17,6 +17,7 @@ not depend on which host happened to have the history, so a pin wins over it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -238,6 +239,9 @@ def coherence(
 
     `gpus`, `assume_gpu` and `options` are the gate's own knobs, for a stand-in server in
     tests (`assume_gpu` is recorded in the section, and publish refuses such a record).
+    The profile's `verify.coherence.rounds` (the plan's, kept out of the image's plan.json)
+    is how often each combination is served, whatever `options` says, as `coherence --profile`
+    serves it.
     """
     from spark_images import coherence as coherence_mod
     from spark_images.coherence import recipe_gate
@@ -255,10 +259,11 @@ def coherence(
         kwargs["linear_backends"] = settings.linear_backends
     progress = lambda line: log(f"[coherence] {line}")  # noqa: E731
     try:
+        opts = dataclasses.replace(options or GateOptions(), rounds=settings.rounds)
         section = dict(
             coherence_mod.gate_image(
                 image_ref, settings.models, serve_args=v.plan.serve_args, gpus=gpus, assume_gpu=assume_gpu,
-                options=options, progress=progress, **kwargs,  # type: ignore[arg-type]
+                options=opts, progress=progress, **kwargs,  # type: ignore[arg-type]
             )
         )  # fmt: skip
         if v.recipes:

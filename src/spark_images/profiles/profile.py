@@ -164,8 +164,9 @@ SPEC: dict[str, Field] = {
                     "recipes": Field(list, required=False, items=matching(NAME, "a recipe name (recipes/NAME.yaml)"),
                                      doc="recipes the gate serves with their exact command (recipes/NAME.yaml)"),
                     "rounds": Field(int, required=False, check=between(1, MAX_COHERENCE_ROUNDS), default=DEFAULT_COHERENCE_ROUNDS,
-                                    doc="times `coherence --profile` serves each combination, interleaved (A B A B ...), its "
-                                    "speed runs pooled; each round reloads the model (the build line's gate serves once)"),
+                                    doc="times `coherence --profile` and the build line's gate serve each combination, interleaved "
+                                    "(A B A B ...), its speed runs pooled; each round reloads the model (gate-only: not in "
+                                    "the image's plan.json)"),
                 },
             ),
         },
