@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cache_lock import cache_lock
+
 HERE = Path(__file__).resolve().parent
 RAY_VERSION = "2.60.0"  # PyPI's ray, the newest release with a cp311 manylinux x86_64 wheel
 PACKAGES = "python3,python3-venv,python3-pip,ca-certificates,openssh-server"
@@ -39,9 +41,12 @@ def _run(argv: list[str], timeout: float = BUILD_TIMEOUT_S) -> str:
 def amd64_rootfs(cache: Path) -> Path:
     key = hashlib.sha256(PACKAGES.encode()).hexdigest()[:12]
     tar = cache / f"rootfs-amd64-{key}.tar"
-    if not tar.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        _run(["bash", str(HERE / "rootfs-amd64.sh"), str(tar), PACKAGES])
+    # xdist workers reach here at once (the Ray and sshd images are separate session
+    # fixtures): the first debootstraps, the others wait and find the tarball
+    with cache_lock(f"rootfs-amd64-{key}"):
+        if not tar.is_file():
+            cache.mkdir(parents=True, exist_ok=True)
+            _run(["bash", str(HERE / "rootfs-amd64.sh"), str(tar), PACKAGES])
     return tar
 
 
@@ -49,7 +54,9 @@ def ray_wheels(cache: Path) -> Path:
     """Ray and its dependencies for CPython 3.11 on manylinux x86_64, by pip from PyPI."""
     folder = cache / f"ray-wheels-{RAY_VERSION}-cp311"
     done = folder / ".complete"
-    if not done.is_file():
+    with cache_lock(f"ray-wheels-{RAY_VERSION}"):
+        if done.is_file():
+            return folder
         _run([sys.executable, "-m", "pip", "download", "--quiet", f"ray=={RAY_VERSION}", "-d", str(folder),
               "--python-version", "3.11", "--only-binary=:all:", "--platform", "manylinux2014_x86_64"])  # fmt: skip
         done.write_text("")

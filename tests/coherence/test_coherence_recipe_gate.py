@@ -104,7 +104,9 @@ def test_the_build_gate_serves_the_recipes_exact_command_and_locks_its_line(
     # the server answered under the recipe's --served-model-name, at the speed its variable set
     assert run["checks"]["served_models"] == ["fake-chat-served"]
     assert run["checks"]["backends"]["moe"] == {"NvFp4": "marlin"}
-    assert 150 < run["decode_tok_s"] < 400, run["decode_tok_s"]
+    # (without the variable it serves marlin at 50 tok/s; on two busy cores it falls
+    # short of the 300 it is told, never above it)
+    assert 80 < run["decode_tok_s"] < 400, run["decode_tok_s"]
     assert run["line"] == f"recipe fake-chat passed on {digest} at {run['decode_tok_s']:g} tok/s"
     assert any(line == f"[coherence] {run['line']}" for line in said)
 
