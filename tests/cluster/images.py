@@ -81,9 +81,12 @@ def _link(src: Path, dest: Path) -> None:
 
 
 def _build(context: Path, tag: str) -> None:
-    probe = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False)
-    if probe.returncode != 0:
-        _run(["docker", "buildx", "build", "--platform", "linux/amd64", "--load", "-t", tag, str(context)])
+    # one builder per tag: two workers (or two runs) that build one tag at once lose
+    # the race at the end ("image ... already exists"); the next finds it and reuses it
+    with cache_lock("cluster-image-" + hashlib.sha256(tag.encode()).hexdigest()[:16]):
+        probe = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False)
+        if probe.returncode != 0:
+            _run(["docker", "buildx", "build", "--platform", "linux/amd64", "--load", "-t", tag, str(context)])
 
 
 def pushed_digest(tag: str) -> str:
