@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from recipe_projects import write_project
 from spark_images.buildline import serialise, steps
 from spark_images.buildline.stages import PASSED, SKIPPED, Audited, Built, ScanKey, Scanned
 from spark_images.coherence import GateOptions
@@ -56,17 +55,8 @@ def recipe(name: str, env: dict[str, str]) -> dict[str, Any]:
 
 def project(tmp: Path, recipes: dict[str, dict[str, Any]]) -> Path:
     """TMP/profiles/cu130.yaml: the shipped profile with a one-combination matrix and RECIPES listed."""
-    (tmp / "profiles").mkdir()
-    (tmp / "recipes").mkdir()
-    shutil.copy(REPO / "profiles" / "cu130.requirements.lock", tmp / "profiles")
-    doc = yaml.safe_load((REPO / "profiles" / "cu130.yaml").read_text())
-    doc["verify"]["coherence"] = {"models": ["org/m"], "moe_backends": ["marlin"], "kv_cache_dtypes": ["auto"],
-                                  "recipes": list(recipes)}  # fmt: skip
-    path = tmp / "profiles" / "cu130.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    for name, body in recipes.items():
-        (tmp / "recipes" / f"{name}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
-    return path
+    matrix = {"models": ["org/m"], "moe_backends": ["marlin"], "kv_cache_dtypes": ["auto"], "recipes": list(recipes)}
+    return write_project(tmp, lambda verify: verify.update(coherence=matrix), recipes)
 
 
 def image_digest(image: str) -> str:

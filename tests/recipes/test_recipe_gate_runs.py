@@ -7,7 +7,6 @@ the stand-in vLLM image in tests/coherence/test_coherence_recipe_gate.py.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 import yaml
 from recipe_support import REPO, run_cli, shipped
 
+from recipe_projects import write_project
 from spark_images.buildline import serialise, steps
 from spark_images.buildline.resolve import resolve_profile
 from spark_images.buildline.stages import SKIPPED, Audited, Built, Gated, ScanKey, Scanned
@@ -31,16 +31,7 @@ REV = "0123456789abcdef0123456789abcdef01234567"
 
 def project(tmp: Path, listed: list[str], recipes: dict[str, dict[str, Any]]) -> Path:
     """TMP/profiles/cu130.yaml (the shipped one, its gate listing LISTED) and TMP/recipes/NAME.yaml."""
-    (tmp / "profiles").mkdir()
-    (tmp / "recipes").mkdir()
-    shutil.copy(REPO / "profiles" / "cu130.requirements.lock", tmp / "profiles")
-    doc = yaml.safe_load((REPO / "profiles" / "cu130.yaml").read_text())
-    doc["verify"]["coherence"]["recipes"] = listed
-    path = tmp / "profiles" / "cu130.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    for name, recipe in recipes.items():
-        (tmp / "recipes" / f"{name}.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
+    return write_project(tmp, lambda verify: verify["coherence"].update(recipes=listed), recipes)
 
 
 def test_the_plan_carries_the_profiles_recipes_read_and_checked(tmp_path: Path) -> None:
