@@ -18,7 +18,17 @@ import pytest
 from build_helpers import CLI, DATA
 
 from spark_images.buildline import gates, serialise, summary
-from spark_images.buildline.stages import FAILED, PASSED, SKIPPED, Audited, Gated, ScanKey, Scanned
+from spark_images.buildline.stages import (
+    FAILED,
+    PASSED,
+    SKIPPED,
+    Audited,
+    Built,
+    Gated,
+    Locked,
+    ScanKey,
+    Scanned,
+)
 from spark_images.core.errors import EXIT_FINDING, EXIT_USAGE
 from spark_images.engine import build as engine_build
 from spark_images.engine import failures
@@ -179,6 +189,39 @@ def test_lock_decision() -> None:
     assert not gates.lock_decision(_audited(), _scanned(), Gated(FAILED, "incoherent")).allowed
     assert gates.after_coherence(Gated(FAILED, "incoherent")) is not None
     assert gates.after_coherence(skipped) is None
+
+
+def _built() -> Built:
+    return Built(repository="127.0.0.1:5000/spark-vllm", digest=DIGEST, config_digest=DIGEST,
+                 oci_archive=Path("/nonexistent.oci.tar"), local_image="spark-images/cu130:build",
+                 source_date_epoch=1767225600, source_date_epoch_from="profile pin", platform="linux/arm64",
+                 emulated=True, build_seconds=1.0)  # fmt: skip
+
+
+def test_the_lock_section_is_serialised_from_the_typed_result(tmp_path: Path) -> None:
+    """The line keeps a `Locked`, not a section: `serialise` writes the very section it wrote before
+    (same keys, same order, same values), whether the entry was written or not."""
+    from spark_images.buildline import pipeline, steps
+
+    path = tmp_path / "images.lock.json"
+    line = pipeline.Line(pipeline.BuildOptions(profile=ROOT / "profiles" / "cu130.yaml", lock_path=path), lambda _: None)
+    v = steps.validate(line.opts.profile, lambda _: None)
+    skipped = Gated(SKIPPED, "no sm_121 GPU")
+    assert line.write_lock(v, _audited(), _built(), _scanned(), skipped)
+    assert line.results.locked == Locked(PASSED, path=path, image=f"127.0.0.1:5000/spark-vllm@{DIGEST}", state="candidate")
+    section = serialise.sections(line.results)["lock"]
+    # the section the lock stage built itself before: stage("passed", path=..., image=..., state=...)
+    before = {"status": "passed", "path": str(path), "image": f"127.0.0.1:5000/spark-vllm@{DIGEST}", "state": "candidate"}
+    assert json.dumps(section) == json.dumps(before)  # not sorted: the order is the same too
+    assert json.loads(path.read_text())["images"]["cu130"]["image"] == section["image"]
+
+    blocked = pipeline.Line(line.opts, lambda _: None)
+    assert not blocked.write_lock(v, _audited(SKIPPED, (40082,)), _built(), _scanned(), skipped)
+    reason = "not written: the profile requires fixes #40082 and the audit did not run"
+    assert blocked.results.locked == Locked(SKIPPED, reason)
+    assert json.dumps(serialise.sections(blocked.results)["lock"]) == json.dumps({"status": "skipped", "reason": reason})
+    # the line's result reads the lock's reason from the serialised section, as before
+    assert blocked.finish(EXIT_FINDING, False).record.sections["result"]["reason"] == reason
 
 
 # -- candidate vs promoted -------------------------------------------------------

@@ -30,8 +30,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from spark_images.buildline import gates, serialise, steps
-from spark_images.buildline.record import BuildRecord, stage
-from spark_images.buildline.stages import Audited, Built, Gated, Scanned, StageError, Validated
+from spark_images.buildline.record import BuildRecord
+from spark_images.buildline.stages import (
+    PASSED,
+    SKIPPED,
+    Audited,
+    Built,
+    Gated,
+    Locked,
+    Scanned,
+    StageError,
+    Validated,
+)
 from spark_images.core import atomic
 from spark_images.core.errors import EXIT_FINDING, EXIT_USAGE, SparkImagesError
 from spark_images.registry.reference import ImageReference
@@ -151,7 +161,7 @@ class Line:
     def write_lock(self, v: Validated, a: Audited, b: Built, s: Scanned, g: Gated) -> bool:
         decision = gates.lock_decision(a, s, g)
         if not decision.allowed:
-            self.results.lock = stage("skipped", decision.reason)
+            self.results.locked = Locked(SKIPPED, decision.reason)
             return False
         entry = serialise.lock_entry(v, a, b, s, g, tags=[])
         try:
@@ -160,8 +170,8 @@ class Line:
             raise StageError.of("lock", exc) from exc
         except OSError as exc:  # atomic: the old lock stays whole
             raise StageError("lock", f"{self.opts.lock_path}: cannot write ({exc.strerror or exc})", EXIT_USAGE) from exc
-        self.results.lock = stage(
-            "passed", path=str(self.opts.lock_path), image=written["image"], state=written.get("state", "")
+        self.results.locked = Locked(
+            PASSED, path=self.opts.lock_path, image=written["image"], state=written.get("state", "")
         )
         return True
 

@@ -3,7 +3,8 @@
 - the record's sections (`build/NAME/record.json`, and from it the terminal
   summary and the Markdown report); its `verdict` section is the `check` of
   the built archive (`CheckResult.to_json()`), with the status its verdict
-  gives (`gates.verdict_status`);
+  gives (`gates.verdict_status`); its `lock` section is the lock stage's
+  `Locked` (where the entry went and in which state, or why it was not written);
 - the lock entry (`images.lock.json`), always a candidate, with one line per
   recipe the gate served ("recipe X passed on D at T tok/s") or skipped;
 - the audit predicate (`build/NAME/audit-predicate.json`): what the audit
@@ -27,6 +28,7 @@ from spark_images.buildline.stages import (
     Audited,
     Built,
     Gated,
+    Locked,
     Rendered,
     Scanned,
     StageError,
@@ -48,7 +50,7 @@ class Results:
     built: Built | None = None
     scanned: Scanned | None = None
     gated: Gated | None = None
-    lock: dict[str, Any] | None = None  # the lock stage's section
+    locked: Locked | None = None
     error: StageError | None = None
     stop: Stop | None = None
     dry_run: bool = False
@@ -124,6 +126,13 @@ def verdict_section(s: Scanned) -> dict[str, Any] | None:
     return {**head, "warnings": list(found.warnings), **s.check.to_json()}
 
 
+def lock_section(k: Locked) -> dict[str, Any]:
+    """The lock stage: where the entry went and in which state, or why it was not written."""
+    if k.status != PASSED:
+        return stage(k.status, k.reason)
+    return stage(PASSED, k.reason, path=str(k.path), image=k.image, state=k.state)
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The Markdown report: the stage table, then the check's verdict of the built image."""
     from spark_images.check.report import render_check_markdown
@@ -157,8 +166,8 @@ def sections(r: Results) -> dict[str, Any]:
             out["verdict"] = verdict
     if r.gated is not None:
         out["coherence"] = dict(r.gated.section)
-    if r.lock is not None:
-        out["lock"] = r.lock
+    if r.locked is not None:
+        out["lock"] = lock_section(r.locked)
     if r.error is not None:
         out[r.error.stage] = stage(r.error.status, r.error.reason, **r.error.details)  # type: ignore[arg-type]
     return out

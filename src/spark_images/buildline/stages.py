@@ -2,10 +2,11 @@
 
 validate -> Validated(plan) -> audit -> Audited(report) -> render -> Rendered
 -> build -> Built(ref, oci_archive) -> cubins -> Scanned(report, check) -> coherence
--> Gated(section). `gates` decides from these alone whether the line goes on
-and whether the lock may be written; the record, the Markdown report, the lock
-entry and the audit predicate are serialised from them at the end
-(`serialise`). No stage reads another stage's record section.
+-> Gated(section) -> lock -> Locked(path, image, state). `gates` decides
+from these alone whether the line goes on and whether the lock may be written;
+the record, the Markdown report, the lock entry and the audit predicate are
+serialised from them at the end (`serialise`). No stage reads another stage's
+record section.
 
 A stage that cannot run for a reason outside the input raises `StageError`
 (its exit code says finding or environment); a verdict (a missing fix, a
@@ -169,3 +170,19 @@ class Gated:
     status: str  # passed, failed or skipped
     reason: str
     section: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Locked:
+    """The lock stage: the candidate entry written to the lock, or why it was not.
+
+    `path`, `image` and `state` are set when it passed: the lock file, the
+    entry's image and the state the lock holds for it now (a rebuild to a
+    promoted digest stays promoted).
+    """
+
+    status: str  # passed, or skipped (`gates.lock_decision` did not allow it)
+    reason: str = ""  # why skipped
+    path: Path | None = None
+    image: str = ""
+    state: str = ""
