@@ -180,6 +180,40 @@ def test_the_verdict_stage_is_failed_even_when_the_cubin_gate_stopped_the_line_f
     assert rows["verdict"][0] == FAILED and "[vllm-no-native-main]" in rows["verdict"][1]
 
 
+def test_the_cubins_section_is_the_typed_reports_json() -> None:
+    """`serialise` reads the cubin report itself (no JSON copy rides on `Scanned`): the section is
+    the status, the report's JSON, then what the gate asked, as when the scan handed over its JSON."""
+    import dataclasses
+
+    from spark_images.cubins import verdict as v
+    from spark_images.cubins.report import CubinReport, Library, Unit
+
+    gpu = v.parse_gpu("sm_121")
+    native = Library("vllm/_C.abi3.so", "shared-object", [Unit("fb0", v.NATIVE, ("sm_121a",), ("compute_121",))])
+    moe = Library("vllm/_moe_C.abi3.so", "shared-object", [Unit("fb0", v.MISSING, ("sm_90",), ())])
+    globs = ("vllm/_C*.so", "vllm/_moe_C*.so")
+    report = CubinReport("/b/image.oci.tar", gpu, [native, moe], ["vllm/_C.abi3.so", "vllm/_moe_C.abi3.so"], globs)
+    key = ScanKey(DIGEST, "0.1.0", "sm_121", globs)
+    scanned = Scanned(key, report.target, report.verdict, tuple(report.missing_required), report=report)
+
+    def before(stop: gates.Stop | None) -> dict[str, Any]:  # what the section was made of the scan's JSON
+        doc: dict[str, Any] = {"status": FAILED if stop else PASSED, **({"reason": stop.reason} if stop else {})}
+        doc.update({k: val for k, val in report.to_json().items() if k not in ("status", "reason")})
+        doc.update(required=list(globs), key=key.to_json(), target=report.target)
+        return doc
+
+    stop = gates.after_scan(scanned, "sm_121")
+    assert stop is not None and "vllm/_moe_C.abi3.so: no native sm_121 code" in stop.reason
+    failed = serialise.sections(serialise.Results(scanned=scanned, stop=stop))["cubins"]
+    assert json.dumps(failed) == json.dumps(before(stop))  # not sorted: the order is the same too
+    assert failed["libraries"][1]["path"] == "vllm/_moe_C.abi3.so" and failed["missing_required"] == [stop.reason]
+    passed = dataclasses.replace(scanned, missing_required=())
+    assert json.dumps(serialise.cubins_section(passed)) == json.dumps(before(None))
+    # a scan without its report (a stand-in in a test) has only what the gate asked
+    bare = serialise.cubins_section(dataclasses.replace(passed, report=None))
+    assert list(bare) == ["status", "required", "key", "target"]
+
+
 def test_lock_decision() -> None:
     skipped = Gated(SKIPPED, "no sm_121 GPU")
     assert gates.lock_decision(_audited(), _scanned(), skipped).allowed

@@ -102,10 +102,12 @@ def build_fields(b: Built) -> dict[str, Any]:
 
 
 def cubins_section(s: Scanned, stop: Stop | None = None) -> dict[str, Any]:
+    """The cubin gate: its status, the report's JSON (`CubinReport.to_json()`), then what was asked of it."""
     doc: dict[str, Any] = {"status": FAILED if stop is not None else PASSED}
     if stop is not None:
         doc["reason"] = stop.reason
-    doc.update({k: v for k, v in s.detail.items() if k not in ("status", "reason")})
+    if s.report is not None:
+        doc.update({k: v for k, v in s.report.to_json().items() if k not in ("status", "reason")})
     doc.update(required=list(s.key.globs), key=s.key.to_json(), target=s.target)
     return doc
 

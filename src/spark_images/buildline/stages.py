@@ -157,8 +157,7 @@ class Scanned:
     target: str  # what was read: the OCI archive, a registry image or docker://NAME
     verdict: str
     missing_required: tuple[str, ...]
-    report: CubinReport | None = None
-    detail: Mapping[str, Any] = field(default_factory=dict)  # the report as JSON
+    report: CubinReport | None = None  # the record's `cubins` section is its JSON
     # `check` of the same archive, from the same read (the record's `verdict` section)
     check: CheckResult | None = None
 

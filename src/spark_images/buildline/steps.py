@@ -321,5 +321,5 @@ def scan(v: Validated, b: Built, build_dir: Path, a: Audited | None = None) -> S
     result = check_mod.judge_gathered(found, GPU, audit_fixes(a))
     return Scanned(
         key=key, target=target, verdict=report.verdict, missing_required=tuple(report.missing_required),
-        report=report, detail=report.to_json(), check=result,
+        report=report, check=result,
     )  # fmt: skip
