@@ -52,6 +52,29 @@ def test_the_lock_line_ties_recipe_digest_and_speed() -> None:
     assert not gate.counts_as_passed(incoherent)
 
 
+def test_a_typed_run_keeps_for_the_lock_what_lock_recipes_keeps_of_its_record() -> None:
+    """The build line hands the lock its recipes' runs typed (`RecipeRun`); their lock lines are
+    those `lock_recipes` makes of the gate's records, key for key."""
+    import json
+
+    recipe = load_recipe(RECIPES / "gpt-oss-120b.yaml")
+    argv, env = gate.serve_command(recipe)
+    checked = {"status": "passed", "reasons": [], "speed": {"decode_tokens_per_s": 58.4}}
+    records = [
+        gate.judge_run(recipe, checked, digest=DIGEST, gpu="sm_121", ran={"argv": argv, "env": env}),
+        gate.judge_run(recipe, checked, digest=DIGEST, gpu="sm_121", ran=None),  # passed checks, never seen run
+        gate.judge_run(recipe, {**checked, "speed": {"decode_tokens_per_s": 0}}, digest=DIGEST, gpu="sm_121",
+                       ran={"argv": argv, "env": env}),
+        gate.skipped(recipe, DIGEST, "no sm_121 GPU (no nvidia-smi)"),
+    ]
+    assert [r["status"] for r in records] == ["passed", "failed", "failed", "skipped"]
+    for record, kept in zip(records, gate.lock_recipes(records), strict=True):
+        run = gate.RecipeRun.of(record)
+        assert run.line == gate.lock_line(record) and run.decode_tok_s == record["decode_tok_s"]
+        assert json.dumps(run.lock(), sort_keys=True) == json.dumps(kept, sort_keys=True)  # as the lock writes it
+    assert "decode_tok_s" not in gate.RecipeRun.of(records[3]).lock()
+
+
 def test_a_profile_lists_the_recipes_it_serves(tmp_path: Path) -> None:
     doc = yaml.safe_load((REPO / "profiles" / "cu130.yaml").read_text())
     doc["verify"].setdefault("coherence", {"models": ["openai/gpt-oss-120b"]})["recipes"] = ["gpt-oss-120b"]

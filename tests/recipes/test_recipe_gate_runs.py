@@ -17,7 +17,7 @@ from recipe_support import REPO, run_cli, shipped
 from recipe_projects import write_project
 from spark_images.buildline import serialise, steps
 from spark_images.buildline.resolve import resolve_profile
-from spark_images.buildline.stages import SKIPPED, Audited, Built, Gated, ScanKey, Scanned
+from spark_images.buildline.stages import SKIPPED, Audited, Built, ScanKey, Scanned
 from spark_images.coherence import gpu
 from spark_images.core.errors import Finding
 from spark_images.recipes import gate
@@ -113,7 +113,9 @@ def test_without_a_spark_the_build_skips_every_recipe_with_the_reason_and_locks_
     # the lock keeps the skipped lines, and publish will not promote on them
     a = Audited(SKIPPED, (), (), reason="no vLLM history")
     s = Scanned(key=ScanKey(DIGEST, "0", "sm_121", ()), target="", verdict="native", missing_required=())
-    entry = serialise.lock_entry(v, a, _built("x"), s, Gated(g.status, g.reason, g.section), tags=[])
+    assert [r.recipe for r in g.recipes] == ["gpt-oss-20b", "gpt-oss-120b"]  # the same runs, typed
+    entry = serialise.lock_entry(v, a, _built("x"), s, g, tags=[])
+    assert entry["recipes"] == gate.lock_recipes(runs)  # what the lock kept of the section's runs
     assert [line["status"] for line in entry["recipes"]] == ["skipped", "skipped"]
     assert entry["recipes"][0]["line"] == runs[0]["line"]
     written = lock.record_candidate(tmp_path / "images.lock.json", "cu130", entry)

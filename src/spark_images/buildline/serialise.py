@@ -34,7 +34,6 @@ from spark_images.buildline.stages import (
     StageError,
     Validated,
 )
-from spark_images.recipes import gate as recipe_gate
 from spark_images.release import lock
 
 AUDIT_PREDICATE_TYPE = "https://github.com/spark-images/spark-images/audit-predicate/v1"
@@ -191,7 +190,7 @@ def lock_entry(v: Validated, a: Audited, b: Built, s: Scanned, g: Gated, tags: l
         coherence={"status": g.status, **({"reason": g.reason} if g.reason else {})},
         source_date_epoch=b.source_date_epoch,
         tags=tags,
-        recipes=recipe_gate.lock_recipes(list(g.section.get("recipes") or [])),  # type: ignore[arg-type]
+        recipes=[run.lock() for run in g.recipes],
     )
 
 

@@ -2,7 +2,7 @@
 
 validate -> Validated(plan) -> audit -> Audited(report) -> render -> Rendered
 -> build -> Built(ref, oci_archive) -> cubins -> Scanned(report, check) -> coherence
--> Gated(section) -> lock -> Locked(path, image, state). `gates` decides
+-> Gated(section, recipes) -> lock -> Locked(path, image, state). `gates` decides
 from these alone whether the line goes on and whether the lock may be written;
 the record, the Markdown report, the lock entry and the audit predicate are
 serialised from them at the end (`serialise`). No stage reads another stage's
@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # types only: importing the stage results pulls in no stage
     from spark_images.buildline.plan import BuildPlan
     from spark_images.check.verdict import CheckResult
     from spark_images.cubins.report import CubinReport
+    from spark_images.recipes.gate import RecipeRun
     from spark_images.recipes.model import Recipe
 
 PASSED = "passed"
@@ -164,11 +165,17 @@ class Scanned:
 
 @dataclass(frozen=True)
 class Gated:
-    """The coherence gate's section for the built image (its runner's JSON)."""
+    """The coherence gate on the built image: its verdict, its runner's JSON, its recipes' runs.
+
+    `section` is the record's `coherence` section as the runner wrote it;
+    `recipes` are the same runs typed, one per recipe the profile lists (what
+    the lock keeps of them).
+    """
 
     status: str  # passed, failed or skipped
     reason: str
     section: Mapping[str, Any] = field(default_factory=dict)
+    recipes: tuple[RecipeRun, ...] = ()
 
 
 @dataclass(frozen=True)

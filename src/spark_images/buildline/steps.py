@@ -266,6 +266,7 @@ def coherence(
                 options=opts, progress=progress, **kwargs,  # type: ignore[arg-type]
             )
         )  # fmt: skip
+        runs: list[dict[str, Any]] = []
         if v.recipes:
             runs = recipe_gate.gate_recipes(image_ref, v.recipes, digest=b.digest, gpus=gpus,
                                             assume_gpu=assume_gpu, options=options, progress=progress)  # fmt: skip
@@ -276,7 +277,7 @@ def coherence(
     reason = str(section.get("reason", ""))
     if status != PASSED:
         log(f"[coherence] {status}: {reason}")
-    return Gated(status, reason, section)
+    return Gated(status, reason, section, tuple(recipe_rules.RecipeRun.of(run) for run in runs))
 
 
 GPU = defaults.GPU

@@ -10,12 +10,17 @@ why, and a skipped run is never a pass (`counts_as_passed`).
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from spark_images.coherence.signatures import normalize_backend
 from spark_images.coherence.verdict import AUTO, Combination
 from spark_images.core.errors import Problem
 from spark_images.recipes.model import LIMIT_FLAGS, Recipe
+
+if TYPE_CHECKING:  # the lock's line type only: the lock room is not imported here
+    from spark_images.release.lock import RecipeLine
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -233,3 +238,40 @@ def lock_recipes(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the lock keeps of each recipe run: who, on which digest, how fast, and the line."""
     keep = ("recipe", "file", "digest", "status", "decode_tok_s", "reason")
     return [{**{k: r.get(k) for k in keep if r.get(k) not in (None, "")}, "line": lock_line(r)} for r in runs]
+
+
+@dataclass(frozen=True)
+class RecipeRun:
+    """One of the gate's own run records (`run_record`, `judge_run`), typed: what the lock keeps of it.
+
+    `lock()` is the record's `lock_recipes` line, for a build whose gate just
+    made the record; a record read back from a file (publish) stays a dict.
+    """
+
+    recipe: str
+    file: str
+    digest: str
+    status: str
+    decode_tok_s: float | None
+    coherent: bool | None
+    reason: str
+    line: str  # `lock_line` of the record
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> RecipeRun:
+        return cls(recipe=record["recipe"], file=record["file"], digest=record["digest"], status=record["status"],
+                   decode_tok_s=record["decode_tok_s"], coherent=record["coherent"], reason=record["reason"],
+                   line=lock_line(dict(record)))  # fmt: skip
+
+    def lock(self) -> RecipeLine:
+        """What the lock keeps: who, on which digest, how fast, and the line (unset fields left out)."""
+        out: RecipeLine = {"recipe": self.recipe, "status": self.status, "line": self.line}
+        if self.file:
+            out["file"] = self.file
+        if self.digest:
+            out["digest"] = self.digest
+        if self.decode_tok_s is not None:
+            out["decode_tok_s"] = self.decode_tok_s
+        if self.reason:
+            out["reason"] = self.reason
+        return out
