@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from spark_images import defaults
+from spark_images.profiles import reqlock
 from spark_images.profiles.patches import PatchRef, patch_ref
 from spark_images.profiles.profile import Profile
 from spark_images.profiles.toolchain import arch_list_for, cuda_line
@@ -111,6 +113,9 @@ class BuildPlan:
     wheel_url: str | None
     wheel_sha256: str | None
     requirements_lock: str | None
+    # the lock's packages by site-packages layer (defaults.LOCK_LAYERS), in layer order;
+    # each is unpacked by its own installer stage and copied in as its own layer
+    lock_layers: tuple[tuple[str, tuple[str, ...]], ...]
     source_date_epoch: int | None  # a pin; else the build takes the vLLM commit time
     max_jobs: int
     nvcc_threads: int
@@ -140,6 +145,7 @@ class BuildPlan:
         doc = asdict(self)
         doc["labels"] = dict(self.labels)
         doc["serve_env"] = dict(self.serve_env)
+        doc["lock_layers"] = [{"name": name, "packages": list(packages)} for name, packages in self.lock_layers]
         doc["pins"] = self.pins
         if self.coherence is not None:
             keys = ("model", "moe_backend", "linear_backend", "kv_cache_dtype")
@@ -160,9 +166,11 @@ def make_plan(
     profile: Profile,
     patch_texts: Mapping[str, str] | None = None,
     profile_path: str | None = None,
+    lock_text: str | None = None,
 ) -> BuildPlan:
     """Resolve a validated profile. `patch_texts` maps each patch path to its text;
-    `profile_path` is the profile's path relative to its project (cwd-independent)."""
+    `profile_path` is the profile's path relative to its project (cwd-independent);
+    `lock_text` is the requirements lock the profile names, split here into layers."""
     texts = patch_texts or {}
     refs = [patch_ref(path, texts.get(path, "")) for path in profile.patches]
     arch = profile.cuda.arch_list or arch_list_for(profile.cuda.version) or ""
@@ -221,6 +229,8 @@ def make_plan(
         wheel_url=profile.build.wheel.url if profile.build.wheel else None,
         wheel_sha256=profile.build.wheel.sha256 if profile.build.wheel else None,
         requirements_lock=profile.build.requirements_lock,
+        lock_layers=reqlock.layered(lock_text, defaults.LOCK_LAYERS, defaults.LAST_LAYER)
+        if lock_text and profile.build.requirements_lock else (),
         source_date_epoch=profile.build.source_date_epoch,
         max_jobs=profile.build.max_jobs,
         nvcc_threads=profile.build.nvcc_threads,

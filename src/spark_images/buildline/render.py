@@ -20,9 +20,11 @@ from pathlib import Path
 
 import jinja2
 
+from spark_images import defaults
 from spark_images.buildline.plan import BuildPlan
 from spark_images.core import atomic, inputs
 from spark_images.core.errors import Problem, UsageError
+from spark_images.profiles import reqlock
 
 TEMPLATE_PACKAGE = "spark_images"  # the templates ship inside the package (templates/)
 TEMPLATE_NAME = "Dockerfile.j2"
@@ -143,10 +145,26 @@ def context_contents(plan: BuildPlan, base_dir: Path) -> dict[str, bytes]:
         if name in hashes and hashlib.sha256(data).hexdigest() != hashes[name]:
             raise UsageError(f"{plan.profile_path}: {name}: {inputs.display_path(source)} changed since it was planned (re-run)")
         contents[name] = data
+    if plan.requirements_lock and "requirements.lock" in contents:
+        contents.update(lock_layer_files(plan, contents.pop("requirements.lock")))
     return contents
 
 
-_OURS = {"Dockerfile", "plan.json", "patches", "requirements.lock"}
+def lock_layer_files(plan: BuildPlan, lock: bytes) -> dict[str, bytes]:
+    """requirements/LAYER.lock for each of the plan's lock layers: the lock's own lines,
+    split by package, so each installer stage unpacks one layer's wheels (pure)."""
+    text = lock.decode("utf-8", errors="replace")
+    if reqlock.layered(text, defaults.LOCK_LAYERS, defaults.LAST_LAYER) != plan.lock_layers:
+        raise UsageError(f"{plan.profile_path}: {plan.requirements_lock} changed since it was planned (re-run)")
+    files: dict[str, bytes] = {}
+    for layer, packages in plan.lock_layers:
+        header = (f"# {plan.requirements_lock}, layer {layer}: {len(packages)} of its packages "
+                  f"(spark-images splits the lock by defaults.LOCK_LAYERS)")
+        files[f"requirements/{layer}.lock"] = reqlock.split(text, packages, header).encode("utf-8")
+    return files
+
+
+_OURS = {"Dockerfile", "plan.json", "patches", "requirements", "requirements.lock"}
 
 
 def _replaceable(out: Path, shown: str) -> None:

@@ -62,12 +62,14 @@ def read_project_file(profile: Profile, base: Path, rel: str, field: str, what: 
         return None, [Problem(profile.path, field, f"{rel} cannot be read ({reason})", _FIX_PATH)]
 
 
-def _lock_problems(profile: Profile, base: Path) -> list[Problem]:
+def _lock_problems(profile: Profile, base: Path, texts: dict[str, str]) -> list[Problem]:
     rel = profile.build.requirements_lock
     if not rel:
         return []
     field = "build.requirements_lock"
     text, problems = read_project_file(profile, base, rel, field, "requirements lock", LOCK_LIMIT)
+    if text is not None:
+        texts[rel] = text
     if text is None:
         fix = "generate it as the header of profiles/cu130.requirements.lock shows, or remove the field"
         return [Problem(p.file, p.field, p.message, fix) if "does not exist" in p.message else p for p in problems]
@@ -170,8 +172,9 @@ def resolve_profile(path: str | Path, *, read_lock: bool = True) -> Resolved:
     texts: dict[str, str] = {}
     problems.extend(_patch_problems(profile, base, texts))
     recipes: list[Recipe] = []
+    locks: dict[str, str] = {}
     if read_lock:
-        problems.extend(_lock_problems(profile, base))
+        problems.extend(_lock_problems(profile, base, locks))
         problems.extend(_recipe_problems(profile, base, recipes))
     errors = [p for p in problems if p.severity == "error"]
     if errors:
@@ -182,7 +185,7 @@ def resolve_profile(path: str | Path, *, read_lock: bool = True) -> Resolved:
         relative = Path(path).name
     return Resolved(
         profile=profile,
-        plan=make_plan(profile, texts, profile_path=relative),
+        plan=make_plan(profile, texts, profile_path=relative, lock_text=next(iter(locks.values()), None)),
         warnings=tuple(p for p in problems if p.severity == "warning"),
         base_dir=base,
         recipes=tuple(recipes),

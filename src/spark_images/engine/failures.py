@@ -171,6 +171,8 @@ def error_summary(lines: Sequence[str]) -> str:
 
 _NO_DIST = re.compile(r"No matching distribution found for (\S+)")
 _STEP_ID = re.compile(r"^#(\d+) ")
+# `[installer 2/3]`, `[installer-torch 3/3]`, `[linux/amd64 installer-vllm 2/3]`
+_INSTALLER_STEP = re.compile(r"\[(?:\S+ )?installer(?:-[A-Za-z0-9._-]+)? \d+/\d+\]")
 
 
 def lock_entry_without_wheel(lines: Sequence[str]) -> str | None:
@@ -178,13 +180,14 @@ def lock_entry_without_wheel(lines: Sequence[str]) -> str | None:
 
     The installer runs pip with --only-binary=:all:, so an entry that PyPI serves
     only as an sdist (or without an aarch64 wheel) ends in pip's `No matching
-    distribution found for NAME==V` inside a step of the `installer` stage.
+    distribution found for NAME==V` inside a step of an `installer` stage (one per
+    lock layer: `installer-LAYER`).
     """
     installer_steps = set()
     for raw in lines:
         line = raw.strip()
         step = _STEP_ID.match(line)
-        if step and "[installer " in line.split("]", 1)[0]:
+        if step and _INSTALLER_STEP.search(line.split("]", 1)[0] + "]"):
             installer_steps.add(step.group(1))
         hit = _NO_DIST.search(line)
         if hit and step and step.group(1) in installer_steps:

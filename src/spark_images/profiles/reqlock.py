@@ -9,8 +9,10 @@ INCOMPLETE marker was not generated (see its header) and must not be used.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import urllib.parse
+from collections.abc import Sequence
 
 from spark_images.pypi import normalize  # PEP 503 names, as the index spells them
 
@@ -61,3 +63,62 @@ def pin_mismatches(text: str, pins: dict[str, str]) -> list[tuple[str, str, str 
         if have != version:
             found.append((name, version, have))
     return found
+
+
+_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def entries(text: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The lock's pip option lines, and its entries as (PEP 503 name, the entry's lines).
+
+    An entry is a requirement line at column 0 with its continuations: the lines
+    after a trailing backslash and the indented ones (`--hash=`, `# via`). Comments
+    and blank lines between entries belong to none. A line that names no package
+    (an option such as `--index-url`) applies to every entry.
+    """
+    options: list[str] = []
+    found: list[tuple[str, list[str]]] = []
+    continued = False
+    for line in text.splitlines():
+        if continued or (line[:1].isspace() and line.strip() and found):
+            if found:
+                found[-1][1].append(line)
+            continued = line.rstrip().endswith("\\")
+            continue
+        continued = line.rstrip().endswith("\\")
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continued = False
+            continue
+        if stripped.startswith("-"):
+            options.append(line)
+            continue
+        m = _NAME.match(stripped)
+        found.append((normalize(m.group(1)) if m else "", [line]))
+    return options, [(name, "\n".join(lines)) for name, lines in found]
+
+
+def layer_of(name: str, layers: Sequence[tuple[str, Sequence[str]]], last: str) -> str:
+    """The first layer with a glob matching the PEP 503 name, else `last`."""
+    for layer, globs in layers:
+        if any(fnmatch.fnmatchcase(name, glob) for glob in globs):
+            return layer
+    return last
+
+
+def layered(text: str, layers: Sequence[tuple[str, Sequence[str]]], last: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(layer, the packages it installs, in lock order) for each layer that gets one, in layer order."""
+    names: dict[str, list[str]] = {layer: [] for layer, _ in layers}
+    names.setdefault(last, [])
+    for name, _ in entries(text)[1]:
+        names[layer_of(name, layers, last)].append(name)
+    return tuple((layer, tuple(found)) for layer, found in names.items() if found)
+
+
+def split(text: str, packages: Sequence[str], header: str) -> str:
+    """The part of the lock that installs exactly `packages`: the header, every option
+    line, then those entries as the lock writes them."""
+    wanted = set(packages)
+    options, found = entries(text)
+    body = [block for name, block in found if name in wanted]
+    return "\n".join([header, *options, *body]) + "\n"

@@ -27,13 +27,18 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
         && apt-get ${APT_CA:+-o Acquire::https::CAInfo=$APT_CA} install -y -q --no-install-recommends ca-certificates python3 python3-venv \
         && rm -rf /var/lib/apt/lists/* \
         && python3 -m venv /opt/installer; }
-COPY requirements.lock /tmp/spark/requirements.lock
 # Every wheel is checked against the lock's sha256; pip checks Requires-Python
 # against the interpreter it runs on, not --python-version, hence
 # --ignore-requires-python. A lock entry with no wheel for linux/arm64
-# (an sdist only) stops here with pip's line naming it. Console scripts get
+# (an sdist only) stops its stage with pip's line naming it. Console scripts get
 # the image's interpreter; no .pyc is written (--no-compile).
-RUN --mount=type=cache,id=spark-images-pip,target=/root/.cache/pip,sharing=locked \
+# One stage per site-packages layer of the lock (requirements/LAYER.lock): BuildKit
+# unpacks them side by side, and each becomes one layer of the image.
+
+# layer cuda-math: 5 packages (nvidia-cublas, nvidia-cufft, nvidia-curand, nvidia-cusolver, ...)
+FROM installer AS installer-cuda-math
+COPY requirements/cuda-math.lock /tmp/spark/cuda-math.lock
+RUN --mount=type=cache,id=spark-images-pip-cuda-math,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
     if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
     /opt/installer/bin/pip install --require-hashes --no-deps --only-binary=:all: --ignore-requires-python --no-compile \
@@ -62,15 +67,135 @@ RUN --mount=type=cache,id=spark-images-pip,target=/root/.cache/pip,sharing=locke
         --platform manylinux_2_38_aarch64 \
         --platform manylinux_2_39_aarch64 \
         --platform manylinux2014_aarch64 --platform linux_aarch64 --platform any \
-        --target /opt/spark/deps/site -r /tmp/spark/requirements.lock \
-    && mkdir -p /opt/spark/deps/bin \
-    && if [ -d /opt/spark/deps/site/bin ]; then find /opt/spark/deps/site/bin -mindepth 1 -maxdepth 1 -exec mv -t /opt/spark/deps/bin {} + && rmdir /opt/spark/deps/site/bin; fi \
-    && for script in /opt/spark/deps/bin/*; do \
+        --target /opt/spark/layers/cuda-math/site -r /tmp/spark/cuda-math.lock \
+    && mkdir -p /opt/spark/layers/cuda-math/bin \
+    && if [ -d /opt/spark/layers/cuda-math/site/bin ]; then find /opt/spark/layers/cuda-math/site/bin -mindepth 1 -maxdepth 1 -exec mv -t /opt/spark/layers/cuda-math/bin {} + && rmdir /opt/spark/layers/cuda-math/site/bin; fi \
+    && for script in /opt/spark/layers/cuda-math/bin/*; do \
         if [ -f "$script" ] && [ "$(head -c 2 "$script")" = '#!' ]; then sed -i '1s|^#!.*python[0-9.]*$|#!/opt/venv/bin/python|' "$script"; fi; \
     done
+
+# layer torch: 11 packages (nvidia-cutlass-dsl, nvidia-cutlass-dsl-libs-base, nvidia-cutlass-dsl-libs-core, nvidia-cutlass-dsl-libs-cu12, ...)
+FROM installer AS installer-torch
+COPY requirements/torch.lock /tmp/spark/torch.lock
+RUN --mount=type=cache,id=spark-images-pip-torch,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
+    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
+    /opt/installer/bin/pip install --require-hashes --no-deps --only-binary=:all: --ignore-requires-python --no-compile \
+        --implementation cp --python-version 3.12 \
+        --platform manylinux_2_17_aarch64 \
+        --platform manylinux_2_18_aarch64 \
+        --platform manylinux_2_19_aarch64 \
+        --platform manylinux_2_20_aarch64 \
+        --platform manylinux_2_21_aarch64 \
+        --platform manylinux_2_22_aarch64 \
+        --platform manylinux_2_23_aarch64 \
+        --platform manylinux_2_24_aarch64 \
+        --platform manylinux_2_25_aarch64 \
+        --platform manylinux_2_26_aarch64 \
+        --platform manylinux_2_27_aarch64 \
+        --platform manylinux_2_28_aarch64 \
+        --platform manylinux_2_29_aarch64 \
+        --platform manylinux_2_30_aarch64 \
+        --platform manylinux_2_31_aarch64 \
+        --platform manylinux_2_32_aarch64 \
+        --platform manylinux_2_33_aarch64 \
+        --platform manylinux_2_34_aarch64 \
+        --platform manylinux_2_35_aarch64 \
+        --platform manylinux_2_36_aarch64 \
+        --platform manylinux_2_37_aarch64 \
+        --platform manylinux_2_38_aarch64 \
+        --platform manylinux_2_39_aarch64 \
+        --platform manylinux2014_aarch64 --platform linux_aarch64 --platform any \
+        --target /opt/spark/layers/torch/site -r /tmp/spark/torch.lock \
+    && mkdir -p /opt/spark/layers/torch/bin \
+    && if [ -d /opt/spark/layers/torch/site/bin ]; then find /opt/spark/layers/torch/site/bin -mindepth 1 -maxdepth 1 -exec mv -t /opt/spark/layers/torch/bin {} + && rmdir /opt/spark/layers/torch/site/bin; fi \
+    && for script in /opt/spark/layers/torch/bin/*; do \
+        if [ -f "$script" ] && [ "$(head -c 2 "$script")" = '#!' ]; then sed -i '1s|^#!.*python[0-9.]*$|#!/opt/venv/bin/python|' "$script"; fi; \
+    done
+
+# layer cuda: 23 packages (cuda-bindings, cuda-core, cuda-pathfinder, cuda-python, ...)
+FROM installer AS installer-cuda
+COPY requirements/cuda.lock /tmp/spark/cuda.lock
+RUN --mount=type=cache,id=spark-images-pip-cuda,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
+    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
+    /opt/installer/bin/pip install --require-hashes --no-deps --only-binary=:all: --ignore-requires-python --no-compile \
+        --implementation cp --python-version 3.12 \
+        --platform manylinux_2_17_aarch64 \
+        --platform manylinux_2_18_aarch64 \
+        --platform manylinux_2_19_aarch64 \
+        --platform manylinux_2_20_aarch64 \
+        --platform manylinux_2_21_aarch64 \
+        --platform manylinux_2_22_aarch64 \
+        --platform manylinux_2_23_aarch64 \
+        --platform manylinux_2_24_aarch64 \
+        --platform manylinux_2_25_aarch64 \
+        --platform manylinux_2_26_aarch64 \
+        --platform manylinux_2_27_aarch64 \
+        --platform manylinux_2_28_aarch64 \
+        --platform manylinux_2_29_aarch64 \
+        --platform manylinux_2_30_aarch64 \
+        --platform manylinux_2_31_aarch64 \
+        --platform manylinux_2_32_aarch64 \
+        --platform manylinux_2_33_aarch64 \
+        --platform manylinux_2_34_aarch64 \
+        --platform manylinux_2_35_aarch64 \
+        --platform manylinux_2_36_aarch64 \
+        --platform manylinux_2_37_aarch64 \
+        --platform manylinux_2_38_aarch64 \
+        --platform manylinux_2_39_aarch64 \
+        --platform manylinux2014_aarch64 --platform linux_aarch64 --platform any \
+        --target /opt/spark/layers/cuda/site -r /tmp/spark/cuda.lock \
+    && mkdir -p /opt/spark/layers/cuda/bin \
+    && if [ -d /opt/spark/layers/cuda/site/bin ]; then find /opt/spark/layers/cuda/site/bin -mindepth 1 -maxdepth 1 -exec mv -t /opt/spark/layers/cuda/bin {} + && rmdir /opt/spark/layers/cuda/site/bin; fi \
+    && for script in /opt/spark/layers/cuda/bin/*; do \
+        if [ -f "$script" ] && [ "$(head -c 2 "$script")" = '#!' ]; then sed -i '1s|^#!.*python[0-9.]*$|#!/opt/venv/bin/python|' "$script"; fi; \
+    done
+
+# layer python: 158 packages (agent-detector, aiohappyeyeballs, aiohttp, aiosignal, ...)
+FROM installer AS installer-python
+COPY requirements/python.lock /tmp/spark/python.lock
+RUN --mount=type=cache,id=spark-images-pip-python,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
+    if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
+    /opt/installer/bin/pip install --require-hashes --no-deps --only-binary=:all: --ignore-requires-python --no-compile \
+        --implementation cp --python-version 3.12 \
+        --platform manylinux_2_17_aarch64 \
+        --platform manylinux_2_18_aarch64 \
+        --platform manylinux_2_19_aarch64 \
+        --platform manylinux_2_20_aarch64 \
+        --platform manylinux_2_21_aarch64 \
+        --platform manylinux_2_22_aarch64 \
+        --platform manylinux_2_23_aarch64 \
+        --platform manylinux_2_24_aarch64 \
+        --platform manylinux_2_25_aarch64 \
+        --platform manylinux_2_26_aarch64 \
+        --platform manylinux_2_27_aarch64 \
+        --platform manylinux_2_28_aarch64 \
+        --platform manylinux_2_29_aarch64 \
+        --platform manylinux_2_30_aarch64 \
+        --platform manylinux_2_31_aarch64 \
+        --platform manylinux_2_32_aarch64 \
+        --platform manylinux_2_33_aarch64 \
+        --platform manylinux_2_34_aarch64 \
+        --platform manylinux_2_35_aarch64 \
+        --platform manylinux_2_36_aarch64 \
+        --platform manylinux_2_37_aarch64 \
+        --platform manylinux_2_38_aarch64 \
+        --platform manylinux_2_39_aarch64 \
+        --platform manylinux2014_aarch64 --platform linux_aarch64 --platform any \
+        --target /opt/spark/layers/python/site -r /tmp/spark/python.lock \
+    && mkdir -p /opt/spark/layers/python/bin \
+    && if [ -d /opt/spark/layers/python/site/bin ]; then find /opt/spark/layers/python/site/bin -mindepth 1 -maxdepth 1 -exec mv -t /opt/spark/layers/python/bin {} + && rmdir /opt/spark/layers/python/site/bin; fi \
+    && for script in /opt/spark/layers/python/bin/*; do \
+        if [ -f "$script" ] && [ "$(head -c 2 "$script")" = '#!' ]; then sed -i '1s|^#!.*python[0-9.]*$|#!/opt/venv/bin/python|' "$script"; fi; \
+    done
+
+# the vLLM wheel by its sha256: its requirements are the lock's
+FROM installer AS installer-vllm
 RUN mkdir -p /tmp/spark \
     && printf '%s\n' 'vllm @ https://files.pythonhosted.org/packages/b3/dc/de2ca88cfb6539c987bc4f6a69887deaa53eb5c4fd483e0923ca00ebd60a/vllm-0.29.0-cp38-abi3-manylinux_2_28_aarch64.whl --hash=sha256:e6b0dfc2b6fd307315e9b34b73cd2bfe7b6b08958eda721828e61732bba426b0' > /tmp/spark/vllm-wheel.txt
-RUN --mount=type=cache,id=spark-images-pip,target=/root/.cache/pip,sharing=locked \
+RUN --mount=type=cache,id=spark-images-pip-vllm,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
     if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
     /opt/installer/bin/pip install --require-hashes --no-deps --only-binary=:all: --ignore-requires-python --no-compile \
@@ -105,6 +230,25 @@ RUN --mount=type=cache,id=spark-images-pip,target=/root/.cache/pip,sharing=locke
     && for script in /opt/spark/vllm/bin/*; do \
         if [ -f "$script" ] && [ "$(head -c 2 "$script")" = '#!' ]; then sed -i '1s|^#!.*python[0-9.]*$|#!/opt/venv/bin/python|' "$script"; fi; \
     done
+
+# One pip install would keep one file of two that share a path; the layers are
+# unpacked apart, so no path may be in two of them (site-packages or bin). The
+# console scripts of the lock's layers are gathered here for one COPY.
+FROM installer AS installer-checked
+RUN --mount=type=bind,from=installer-cuda-math,source=/opt/spark/layers/cuda-math,target=/layers/cuda-math \
+    --mount=type=bind,from=installer-torch,source=/opt/spark/layers/torch,target=/layers/torch \
+    --mount=type=bind,from=installer-cuda,source=/opt/spark/layers/cuda,target=/layers/cuda \
+    --mount=type=bind,from=installer-python,source=/opt/spark/layers/python,target=/layers/python \
+    --mount=type=bind,from=installer-vllm,source=/opt/spark/vllm,target=/layers/vllm \
+    cd /layers \
+    && for layer in *; do (cd "$layer" && find site bin ! -type d -printf "%p\t$layer\n"); done | LC_ALL=C sort > /tmp/paths.txt \
+    && awk -F '\t' '$1 == path { print "spark-images: " $1 " is in two lock layers (" layer ", " $2 "): put both packages in one layer (spark_images.defaults.LOCK_LAYERS)"; bad = 1 } { path = $1; layer = $2 } END { exit bad }' /tmp/paths.txt \
+    && rm /tmp/paths.txt \
+    && mkdir -p /opt/spark/bin \
+    && cp -a /layers/cuda-math/bin/. /opt/spark/bin/ \
+    && cp -a /layers/torch/bin/. /opt/spark/bin/ \
+    && cp -a /layers/cuda/bin/. /opt/spark/bin/ \
+    && cp -a /layers/python/bin/. /opt/spark/bin/
 
 ########## toolchain: the digest-pinned CUDA devel base, a Python venv, nvcc checked ##########
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:5dc1bca23d05bd37b011be68ec470c03b403a5da07ec3a86e41af9470e9d0cc6 AS toolchain
@@ -145,16 +289,19 @@ RUN test -x "$CUDA_HOME/bin/nvcc" || { echo "no nvcc at $CUDA_HOME/bin: the base
 ########## deps: torch, FlashInfer and CUTLASS DSL at the profile's pins ##########
 FROM toolchain AS deps
 ARG SOURCE_DATE_EPOCH
-# Unpacked natively by the installer stage: copied, not installed, here.
-COPY --from=installer /opt/spark/deps/site/ /opt/venv/lib/python3.12/site-packages/
-COPY --from=installer /opt/spark/deps/bin/ /opt/venv/bin/
+# Unpacked natively by the installer stages: copied, not installed, here, one layer each.
+COPY --from=installer-cuda-math /opt/spark/layers/cuda-math/site/ /opt/venv/lib/python3.12/site-packages/
+COPY --from=installer-torch /opt/spark/layers/torch/site/ /opt/venv/lib/python3.12/site-packages/
+COPY --from=installer-cuda /opt/spark/layers/cuda/site/ /opt/venv/lib/python3.12/site-packages/
+COPY --from=installer-python /opt/spark/layers/python/site/ /opt/venv/lib/python3.12/site-packages/
+COPY --from=installer-checked /opt/spark/bin/ /opt/venv/bin/
 
 ########## runtime: the devel base (nvcc for FlashInfer JIT) with vLLM installed ##########
 FROM deps AS runtime
 ARG SOURCE_DATE_EPOCH
 # The vLLM wheel, unpacked natively by its sha256; its requirements came from the lock.
-COPY --from=installer /opt/spark/vllm/site/ /opt/venv/lib/python3.12/site-packages/
-COPY --from=installer /opt/spark/vllm/bin/ /opt/venv/bin/
+COPY --from=installer-vllm /opt/spark/vllm/site/ /opt/venv/lib/python3.12/site-packages/
+COPY --from=installer-vllm /opt/spark/vllm/bin/ /opt/venv/bin/
 # The checks run on arm64 (emulated on another host): every installed
 # distribution has what it requires (the lock installs with --no-deps, so
 # nothing else would notice a missing or conflicting package), the installed
