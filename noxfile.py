@@ -140,9 +140,15 @@ def acceptance(session: nox.Session) -> None:
     """The real cu130 lock through `spark-images build` on a local stand-in base, then
     `check` of the archive against the verdict written down in .ci/acceptance.py.
     Needs .ci/engine-up.sh (engine, registry, emulation) and PyPI; about 6 GB of
-    wheels on a fresh machine, kept in BuildKit's cache mount between runs."""
+    wheels on a fresh machine, kept in BuildKit's cache mounts between runs. Prints
+    the build's time by stage against the all-emulated baseline (benchmarks/build_real.py)."""
     _install(session)
-    session.run("python", str(ROOT / ".ci" / "acceptance.py"), *session.posargs)
+    try:
+        session.run("python", str(ROOT / ".ci" / "acceptance.py"), *session.posargs)
+    finally:
+        log = ROOT / "build" / "acceptance" / "build.log"
+        if log.is_file() and not session.posargs:
+            session.run("python", str(ROOT / "benchmarks" / "build_real.py"), "--log", str(log))
 
 
 @nox.session

@@ -223,7 +223,7 @@ def main(argv: list[str]) -> int:
     for line in problems:
         log(f"FAILED: {line}")
     if not problems:
-        log(f"passed: {built.get('digest')} verdict {verdict} ({', '.join(str(r['rule']) for r in reasons) or 'no reasons'})")
+        log(f"passed: {built.get('digest')} verdict {verdict} ({', '.join(str(r['rule'] or r['subject']) for r in reasons) or 'no reasons'})")
     return 1 if problems else 0
 
 

@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/build_real.py [--log FILE] [--no-cache]
 
+The goal is judged on the build line's wall time, from acceptance.json beside the log.
+
 Without --log it runs the acceptance build (.ci/acceptance.py: the 197-pin lock
 and the vLLM 0.29.0 wheel through `spark-images build`, on the local stand-in
 base) and reads its BuildKit progress; with --log it reads a progress log of
@@ -17,6 +19,7 @@ The host's load average is printed beside the figures: the machine may be shared
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -55,19 +58,34 @@ def stage_seconds(lines: Iterable[str]) -> dict[str, float]:
     return totals
 
 
-def report(totals: dict[str, float]) -> str:
+def report(totals: dict[str, float], wall: dict[str, float] | None = None) -> str:
+    """The stages' seconds, and the goal judged on the build line's wall time when known.
+
+    Stage seconds are sums of BuildKit's step times: the installer stages (one per
+    lock layer) and the toolchain run side by side, so their sum is no wall time.
+    `wall` is the acceptance record's `seconds` (build_line: the whole `spark-images
+    build`, its engine load and archive scan included; check: `spark-images check`).
+    """
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     rows = [f"real cu130 image, by stage (host: {os.cpu_count()} CPUs, load average {load})"]
     rows.append(f"  {'stage':<40} {'now':>9}")
     for name, seconds in totals.items():
         rows.append(f"  {name:<40} {seconds:>8.1f}s")
     total = sum(totals.values())
-    rows.append(f"  {'total':<40} {total:>8.1f}s  (a sum: installer and toolchain run side by side)")
+    rows.append(f"  {'sum of the stages':<40} {total:>8.1f}s  (installer stages and toolchain run side by side)")
+    built = (wall or {}).get("build_line")
+    if built:
+        rows.append(f"  {'build line, wall (spark-images build)':<40} {built:>8.1f}s")
+        if (wall or {}).get("check"):
+            rows.append(f"  {'check of the archive, wall':<40} {wall['check']:>8.1f}s")  # type: ignore[index]
     rows.append(f"baseline (all under qemu): {BASELINE_TOTAL:.0f} s")
     for name, seconds in BASELINE.items():
         rows.append(f"  {name:<40} {seconds:>8.1f}s")
-    if total:
-        rows.append(f"speed-up {BASELINE_TOTAL / total:.1f}x; goal <= {GOAL_SECONDS} s: {'met' if total <= GOAL_SECONDS else 'NOT met'}")
+    judged = built or total
+    if judged:
+        what = "build line" if built else "sum of the stages (no record: the wall time is unknown)"
+        rows.append(f"speed-up {BASELINE_TOTAL / judged:.1f}x ({what}); goal <= {GOAL_SECONDS} s: "
+                    f"{'met' if judged <= GOAL_SECONDS else 'NOT met'}")
     return "\n".join(rows)
 
 
@@ -82,7 +100,9 @@ def main(argv: list[str]) -> int:
         cmd = [sys.executable, str(ROOT / ".ci" / "acceptance.py"), "--out", str(out)]
         subprocess.run([*cmd, *(["--no-cache"] if args.no_cache else [])], check=False)
         log = out / "build.log"
-    print(report(stage_seconds(log.read_text(encoding="utf-8", errors="replace").splitlines())))
+    record = log.with_name("acceptance.json")
+    wall = json.loads(record.read_text(encoding="utf-8")).get("seconds") if record.is_file() else None
+    print(report(stage_seconds(log.read_text(encoding="utf-8", errors="replace").splitlines()), wall))
     return 0
 
 
