@@ -41,7 +41,10 @@ def checkout_copy(dest: Path) -> Path:
 
 
 def one_build(tree: Path, out: Path, variation: dict) -> str | None:
-    env = {**os.environ, **variation["env"], "HOME": str(out / "home")}
+    # the stand-in base is an input, as the pinned nvidia/cuda base is: both builds take
+    # the one the test cache holds (a new HOME would debootstrap another, other bytes)
+    cache = os.environ.get("SPARK_IMAGES_TEST_CACHE") or str(Path.home() / ".cache" / "spark-images-test")
+    env = {**os.environ, **variation["env"], "HOME": str(out / "home"), "SPARK_IMAGES_TEST_CACHE": cache}
     (out / "home").mkdir(parents=True, exist_ok=True)
     old = os.umask(variation["umask"])
     try:
