@@ -45,8 +45,9 @@ BUILDX_FIX = "install the buildx plugin (Debian 13: `apt-get install docker-buil
 
 # The export writes every layer twice (once as built, once with its file times
 # clamped by rewrite-timestamp) and compresses both. zstd at BuildKit's level 3
-# (klauspost's SpeedDefault) compresses faster than gzip at level 1 and gives
-# smaller layers, and unpacks several times faster, on a Spark as in `check`.
+# is klauspost's SpeedDefault: by that library's own figures faster than Go's
+# gzip at level 1 (220 against 159 MB/s on an 8.5 GB VM image) and 15% smaller,
+# and it unpacks several times faster, on a Spark as in `check`.
 # It is deterministic: klauspost/compress promises the same output from the same
 # code version, whatever the concurrency. Docker 23+ and containerd 1.5+ pull it.
 EXPORT_COMPRESSION = "compression=zstd,compression-level=3"
