@@ -78,6 +78,11 @@ def spark_images() -> list[str]:
 
 
 def stand_in_base() -> str:
+    """REF@DIGEST of the stand-in: SPARK_IMAGES_STANDIN_BASE when given (reprotest builds
+    twice on one base, as two builds of a profile pull one pinned base), else made now."""
+    given = os.environ.get("SPARK_IMAGES_STANDIN_BASE", "").strip()
+    if given:
+        return given
     out = subprocess.run(["bash", str(ROOT / ".ci" / "standin-base.sh")], check=True, stdout=subprocess.PIPE, text=True)
     return out.stdout.strip().splitlines()[-1]
 

@@ -59,6 +59,10 @@ def one_build(tree: Path, out: Path, variation: dict) -> str | None:
 
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="spark-images-reprotest-"))
+    # one stand-in base for both builds, as both builds of a profile pull one pinned base
+    # (the stand-in is a fixture: BuildKit remakes it with other bytes once its cache is gone)
+    base = subprocess.run(["bash", str(ROOT / ".ci" / "standin-base.sh")], check=True, stdout=subprocess.PIPE, text=True)
+    os.environ["SPARK_IMAGES_STANDIN_BASE"] = base.stdout.strip().splitlines()[-1]
     digests = [
         one_build(ROOT, work / "first", VARIATIONS[0]),
         one_build(checkout_copy(work / "elsewhere" / "spark-images"), work / "second-build-dir", VARIATIONS[1]),

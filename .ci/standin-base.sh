@@ -12,6 +12,7 @@
 # wheels are cached under $CACHE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+umask 022  # the stand-in's file modes are its bytes: not the caller's umask
 CACHE="${SPARK_IMAGES_TEST_CACHE:-$HOME/.cache/spark-images-test}"
 REGISTRY="${SPARK_IMAGES_TEST_REGISTRY:-127.0.0.1:5000}"
 NAME="$REGISTRY/spark-images-standin/cuda:13.0.2-devel-trixie-arm64-noble-amd64"

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import dockerfile
 import pytest
 
-from spark_images.buildline.render import render_dockerfile
+from spark_images.buildline.render import render_dockerfile, write_render
 from spark_images.buildline.resolve import resolve_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -170,3 +171,19 @@ def _profile_doc(path: Path) -> dict[str, Any]:
     import yaml
 
     return {**yaml.safe_load(path.read_text()), "_path": path}
+
+
+def test_the_context_modes_do_not_follow_the_umask(tmp_path: Path) -> None:
+    """COPY keeps a context file's mode (plan.json lands in the image): under umask 077
+    the context is still 0644 files in 0755 folders, so the digest does not move."""
+    resolved = resolve_profile(REPO / "profiles" / "cu130.yaml")
+    old = os.umask(0o077)
+    try:
+        write_render(resolved.plan, tmp_path / "ctx", resolved.base_dir)
+    finally:
+        os.umask(old)
+    tree = [tmp_path / "ctx", *(tmp_path / "ctx").rglob("*")]
+    modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in tree}
+    assert modes["ctx/plan.json"] == modes["ctx/requirements/torch.lock"] == 0o644
+    assert modes["ctx"] == modes["ctx/requirements"] == 0o755
+    assert {m for p, m in modes.items() if (tmp_path / p).is_file()} == {0o644}

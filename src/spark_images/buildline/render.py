@@ -208,7 +208,11 @@ def write_render(plan: BuildPlan, out_dir: str | Path, base_dir: Path) -> tuple[
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a build context is an ordinary folder
+            # COPY keeps a context file's mode, so plan.json's lands in the image: the
+            # caller's umask must not (077 would give 0600 and another digest)
+            os.chmod(target, 0o644)
+            for folder in target.relative_to(tmp).parents:
+                os.chmod(tmp / folder, 0o755)  # mkdtemp makes tmp 0700; a build context is an ordinary folder
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
             os.replace(out, old / "previous")
