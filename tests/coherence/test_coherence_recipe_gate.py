@@ -25,9 +25,9 @@ from recipe_projects import write_project
 from spark_images.buildline import serialise, steps
 from spark_images.buildline.stages import PASSED, SKIPPED, Audited, Built, ScanKey, Scanned
 from spark_images.coherence import GateOptions
-from spark_images.coherence.recipe_gate import gate_recipes
 from spark_images.engine.containers import leftover_containers
 from spark_images.recipes import gate
+from spark_images.recipes.serving import gate_recipes
 from spark_images.release import lock
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

@@ -244,8 +244,8 @@ def coherence(
     serves it.
     """
     from spark_images import coherence as coherence_mod
-    from spark_images.coherence import recipe_gate
     from spark_images.recipes import gate as recipe_rules
+    from spark_images.recipes import serving as recipe_gate
 
     settings = v.plan.coherence  # the plan's matrix, defaults applied: no Profile after planning
     image_ref = b.runnable

@@ -350,7 +350,8 @@ def run(args: argparse.Namespace) -> int:
 
     _sigterm_as_interrupt()
     if local:
-        from spark_images.coherence.local import gate_local, gate_recipe
+        from spark_images.coherence.local import gate_local
+        from spark_images.recipes.serving import gate_recipe
 
         if args.serve:
             section = gate_local(args.serve, options=opts, progress=progress)
@@ -404,8 +405,8 @@ def _with_recipes(args: argparse.Namespace, section: dict[str, Any], recipes: tu
                   opts: Any) -> dict[str, Any]:
     """The section with a run of each recipe, each with its own exact command
     (no --serve-arg, --env or --model applies to it); the digest is IMAGE's."""
-    from spark_images.coherence.recipe_gate import gate_recipes
     from spark_images.recipes import gate as recipe_rules
+    from spark_images.recipes.serving import gate_recipes
 
     _, at, digest = args.image.partition("@")
     runs = gate_recipes(args.image, recipes, digest=digest if at else args.image, gpus=gpus,

@@ -26,7 +26,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from spark_images.coherence import judge, rounds, verdict
@@ -147,28 +146,6 @@ def gate_local(command: str, *, options: GateOptions | None = None, progress: Pr
     """The record's `coherence` section for a server started from `command` (no container)."""
     argv, *_ = parse_serve(command)
     return gate_argv(argv, options=options, progress=progress)
-
-
-def gate_recipe(path: str | Path, *, options: GateOptions | None = None, progress: Progress = quiet) -> dict[str, Any]:
-    """The record's `coherence` section for a recipe's exact `vllm serve` command and environment.
-
-    A file that is missing or unreadable is a usage error (exit 2), a recipe
-    that does not validate is a finding (exit 1, one line per problem), as
-    for every command that reads a recipe; a two-Spark recipe is served by
-    `cluster up` and judged with `--cluster`, so it is a usage error here.
-    """
-    from spark_images.recipes.gate import serve_command
-    from spark_images.recipes.model import load_recipe
-
-    recipe = load_recipe(path)
-    if recipe.cluster is not None:
-        raise UsageError(Problem(file=recipe.path, field="cluster", message="a two-Spark recipe is not served on one host",
-                                 fix="`cluster plan` and `cluster up` it, then `coherence --cluster PLAN`"))  # fmt: skip
-    argv, env = serve_command(recipe)
-    parse_argv(argv, "--recipe")
-    section = gate_argv(argv, env=env, options=options, progress=progress)
-    section["recipe"] = {"name": recipe.name, "file": recipe.path, "env": dict(env)}
-    return section
 
 
 def gate_argv(

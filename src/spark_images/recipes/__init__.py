@@ -8,7 +8,7 @@ with every documented figure in `defaults`), the hub and local reads of a
 model's headers (`hub`, the only module here that does I/O besides
 `collect`), and what the gate consumes and decides (`gate`: the served command, which
 recipes a profile may list, the verdict and record of a run, its lock line;
-`spark_images.coherence.recipe_gate` serves them). Imports the schema machinery, bounded inputs, and the
+`serving` serves them, in the image or as a local process, on the coherence room's machinery). Imports the schema machinery, bounded inputs, and the
 check room's one pass over a target (`check.collect.gather`).
 """
 

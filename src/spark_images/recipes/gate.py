@@ -12,15 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypedDict
 
 from spark_images.coherence.signatures import normalize_backend
 from spark_images.coherence.verdict import AUTO, Combination
 from spark_images.core.errors import Problem
 from spark_images.recipes.model import LIMIT_FLAGS, Recipe
-
-if TYPE_CHECKING:  # the lock's line type only: the lock room is not imported here
-    from spark_images.release.lock import RecipeLine
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -238,6 +235,22 @@ def lock_recipes(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the lock keeps of each recipe run: who, on which digest, how fast, and the line."""
     keep = ("recipe", "file", "digest", "status", "decode_tok_s", "reason")
     return [{**{k: r.get(k) for k in keep if r.get(k) not in (None, "")}, "line": lock_line(r)} for r in runs]
+
+
+
+class _RecipeLine(TypedDict):
+    recipe: str  # the recipe's name (recipes/NAME.yaml)
+    status: str  # "passed" | "skipped"
+    line: str  # "recipe X passed on sha256:... at T tok/s", or why it did not
+
+
+class RecipeLine(_RecipeLine, total=False):
+    """What the lock keeps of one recipe's run (`images.<profile>.recipes[]`)."""
+
+    file: str  # recipes/NAME.yaml
+    digest: str  # the digest it was served on: the entry's
+    decode_tok_s: float  # the measured batch-1 decode speed, when it passed
+    reason: str  # why it was skipped
 
 
 @dataclass(frozen=True)

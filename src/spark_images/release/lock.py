@@ -37,6 +37,7 @@ from spark_images.core import atomic, inputs
 from spark_images.core.errors import Finding, Problem, UsageError
 from spark_images.profiles import values as profile_values
 from spark_images.profiles.schema import Field, Validator, json_schema, validate
+from spark_images.recipes.gate import RecipeLine  # a recipe's line: the recipe room says what it is
 
 
 # Optional keys sit in a `total=False` subclass: under postponed annotations (this module's
@@ -78,19 +79,6 @@ class _Entry(TypedDict):
     created: str  # RFC 3339, from SOURCE_DATE_EPOCH
     source_date_epoch: int
     tags: list[str]  # the human tags publish moved here
-
-
-class _RecipeLine(TypedDict):
-    recipe: str  # the recipe's name (recipes/NAME.yaml)
-    status: str  # "passed" | "skipped"
-    line: str  # "recipe X passed on sha256:... at T tok/s", or why it did not
-
-
-class RecipeLine(_RecipeLine, total=False):
-    file: str  # recipes/NAME.yaml
-    digest: str  # the digest it was served on: the entry's
-    decode_tok_s: float  # the measured batch-1 decode speed, when it passed
-    reason: str  # why it was skipped
 
 
 class LockEntry(_Entry, total=False):
