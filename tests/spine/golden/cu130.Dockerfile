@@ -265,6 +265,9 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
+# What apt leaves that differs from run to run goes too: its binary caches
+# (pkgcache.bin differed between two builds of one plan) and the logs that
+# carry the time of the install.
 RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
     if [ -s /run/secrets/cacert ]; then export SSL_CERT_FILE=/run/secrets/cacert PIP_CERT=/run/secrets/cacert REQUESTS_CA_BUNDLE=/run/secrets/cacert CURL_CA_BUNDLE=/run/secrets/cacert GIT_SSL_CAINFO=/run/secrets/cacert APT_CA=/run/secrets/cacert; fi; \
     apt-get ${APT_CA:+-o Acquire::https::CAInfo=$APT_CA} update -q \
@@ -276,7 +279,9 @@ RUN --mount=type=secret,id=cacert,target=/run/secrets/cacert,required=false \
         python3.12 \
         python3.12-dev \
         python3.12-venv \
-    && rm -rf /var/lib/apt/lists/*
+    && apt-get clean \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 # FlashInfer JIT-compiles its Spark kernels at run time: the image must keep nvcc
 # (13.0.2), and it must be the toolkit the profile pins. The version text is
 # captured first: `nvcc --version | grep -q` can fail under pipefail when grep
