@@ -80,7 +80,9 @@ def _plain(conn: socket.socket) -> None:
 
 
 def _loop(conn: socket.socket) -> None:
-    conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: /again\r\nContent-Length: 0\r\n\r\n")
+    # Connection: close, as the server closes: else the client may reuse the socket before
+    # it sees the close, and a busy machine turns the loop into a ConnectionError
+    conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: /again\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 
 
 def _huge(conn: socket.socket) -> None:

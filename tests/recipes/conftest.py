@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from cache_lock import cache_lock
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TEST_CACHE = Path(os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test"))
@@ -51,6 +53,12 @@ def _install(version: str) -> Path:
 
     wheel = pypi.download(pypi.resolve(f"vllm=={version}"))
     out = SITES / wheel.name
+    # one unpack, whichever xdist worker comes first: two at once removed each other's tmp
+    with cache_lock(f"recipes-site-{wheel.name}"):
+        return _unpacked(wheel, out)
+
+
+def _unpacked(wheel: Path, out: Path) -> Path:
     if (out / ".complete").is_file():
         return out / "site-packages"
     tmp = out.with_name(out.name + ".tmp")
