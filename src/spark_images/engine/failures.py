@@ -171,8 +171,8 @@ def error_summary(lines: Sequence[str]) -> str:
 
 _NO_DIST = re.compile(r"No matching distribution found for (\S+)")
 _STEP_ID = re.compile(r"^#(\d+) ")
-# `[installer 2/3]`, `[installer-torch 3/3]`, `[linux/amd64 installer-vllm 2/3]`
-_INSTALLER_STEP = re.compile(r"\[(?:\S+ )?installer(?:-[A-Za-z0-9._-]+)? \d+/\d+\]")
+# a step's header: `#12 [installer 2/3] ...`, `#14 [installer-torch 3/3] ...`, `#9 [linux/amd64 installer-vllm 2/3] ...`
+_INSTALLER_HEADER = re.compile(r"^#(\d+) \[(?:\S+ )?installer(?:-[A-Za-z0-9._-]+)? \d+/\d+\] ")
 
 
 def lock_entry_without_wheel(lines: Sequence[str]) -> str | None:
@@ -187,8 +187,8 @@ def lock_entry_without_wheel(lines: Sequence[str]) -> str | None:
     for raw in lines:
         line = raw.strip()
         step = _STEP_ID.match(line)
-        if step and _INSTALLER_STEP.search(line.split("]", 1)[0] + "]"):
-            installer_steps.add(step.group(1))
+        if header := _INSTALLER_HEADER.match(line):
+            installer_steps.add(header.group(1))
         hit = _NO_DIST.search(line)
         if hit and step and step.group(1) in installer_steps:
             return hit.group(1)
