@@ -73,11 +73,11 @@ def report(totals: dict[str, float], wall: dict[str, float] | None = None) -> st
         rows.append(f"  {name:<40} {seconds:>8.1f}s")
     total = sum(totals.values())
     rows.append(f"  {'sum of the stages':<40} {total:>8.1f}s  (installer stages and toolchain run side by side)")
-    built = (wall or {}).get("build_line")
+    built, checked = (wall or {}).get("build_line"), (wall or {}).get("check")
     if built:
         rows.append(f"  {'build line, wall (spark-images build)':<40} {built:>8.1f}s")
-        if (wall or {}).get("check"):
-            rows.append(f"  {'check of the archive, wall':<40} {wall['check']:>8.1f}s")  # type: ignore[index]
+        if checked:
+            rows.append(f"  {'check of the archive, wall':<40} {checked:>8.1f}s")
     rows.append(f"baseline (all under qemu): {BASELINE_TOTAL:.0f} s")
     for name, seconds in BASELINE.items():
         rows.append(f"  {name:<40} {seconds:>8.1f}s")
