@@ -152,9 +152,13 @@ ENVIRONMENT_MARKS = ("engine", "registry", "nvcc", "network", "history", "slow")
 # under a clock (~900 of them), the CLI contract runs the CLI per test (one of
 # them waits out a refused connection for ~20 s), the collection test runs
 # pytest itself over the whole tree, and the workflow tests run the CI's own
-# steps (ruff, actionlint, the plan CLI; one job takes ~50 s)
+# steps (ruff, actionlint, the plan CLI; one job takes ~50 s); the served-gate
+# tests run the coherence CLI against a stand-in vLLM process in real time
+# (rounds of streamed requests, and one model load of 45 s)
 INTEGRATION_PATHS = (
     "hostile/", "spine/test_spine_cli_contract.py", "test_collection.py", "workflows/",
+    "coherence/test_coherence_real_behaviour.py", "coherence/test_coherence_local_selection.py",
+    "coherence/test_coherence_recipe_serve.py",
 )
 # tests that share state built on the engine run on one xdist worker
 # (`--dist loadgroup`): each such fixture is built once per run, not once per worker

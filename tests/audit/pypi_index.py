@@ -17,10 +17,11 @@ import http.server
 import io
 import json
 import tarfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from loopback import Loopback
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
@@ -97,13 +98,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @contextmanager
 def serve() -> Iterator[LocalIndex]:
     handler = type("Handler", (_Handler,), {})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    index = LocalIndex(base=f"http://127.0.0.1:{server.server_address[1]}")
-    handler.index = index
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with Loopback(handler) as server:
+        index = LocalIndex(base=server.url)
+        handler.index = index
         yield index
-    finally:
-        server.shutdown()
-        server.server_close()

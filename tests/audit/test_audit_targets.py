@@ -7,7 +7,6 @@ import hashlib
 import http.server
 import json
 import subprocess
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from audit_histories import VllmLike
 from pypi_index import version_file
 
+from loopback import Loopback
 from spark_images.cli import main
 
 
@@ -101,15 +101,11 @@ class _Index(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def local_index(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, dict[str, tuple[str, bytes]]]]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setenv("SPARK_IMAGES_PYPI_SIMPLE", f"{base}/simple")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    _Index.files = {}
-    yield base, _Index.files
-    server.shutdown()
+    with Loopback(_Index) as server:
+        monkeypatch.setenv("SPARK_IMAGES_PYPI_SIMPLE", f"{server.url}/simple")
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+        _Index.files = {}
+        yield server.url, _Index.files
 
 
 def test_release_without_tag_resolves_through_the_sdist(

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import functools
-import http.server
 import os
 import shutil
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -36,6 +34,7 @@ from build_helpers import (
 )
 
 from cache_lock import cache_lock
+from loopback import Loopback
 
 
 @pytest.fixture(scope="session")
@@ -100,15 +99,8 @@ def wheel_server(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) 
     gateway = _bridge_gateway()
     context = server_tls_context(gateway, tmp_path_factory.mktemp("tls"))
     handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), handler)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    port = server.server_address[1]
-    try:
-        yield WheelServer(directory, f"https://{gateway}:{port}")
-    finally:
-        server.shutdown()
+    with Loopback(handler, bind="0.0.0.0", tls=context) as server:
+        yield WheelServer(directory, f"https://{gateway}:{server.port}")
 
 
 @pytest.fixture(scope="session")

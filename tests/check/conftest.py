@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import http.server
 import importlib.util
 import json
 import os
@@ -23,7 +22,6 @@ import shutil
 import ssl
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +29,8 @@ from typing import Any
 
 import pytest
 import requests
+
+from loopback import Loopback
 
 HERE = Path(__file__).resolve().parent
 BUILD_TESTS = HERE.parent / "build"
@@ -200,16 +200,10 @@ def https_wheels(wheel_server: Any, tmp_path_factory: pytest.TempPathFactory) ->
     bundle = work / "bundle.pem"
     bundle.write_text((CA_BUNDLE.read_text() if CA_BUNDLE.is_file() else "") + (work / "c.pem").read_text())
     handler = functools.partial(_QuietHandler, directory=str(wheel_server.directory))
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(work / "c.pem", work / "k.pem")
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"https://{gateway}:{server.server_address[1]}", bundle
-    finally:
-        server.shutdown()
+    with Loopback(handler, bind="0.0.0.0", tls=context) as server:
+        yield f"https://{gateway}:{server.port}", bundle
 
 
 @pytest.fixture(scope="session")

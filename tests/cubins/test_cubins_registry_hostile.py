@@ -16,15 +16,15 @@ import io
 import json
 import os
 import tarfile
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 import zstandard
 
+from loopback import Loopback
 from spark_images.core.errors import SparkImagesError
 from spark_images.readers import artifacts
 from spark_images.registry.client import RegistryClient, RegistryError, parse_reference
@@ -71,15 +71,11 @@ class FakeRegistry:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.loopback = Loopback(Handler)
+        self.host = self.loopback.host
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.close()
 
 
 def reply(status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> Route:

@@ -7,12 +7,12 @@ body length it received; no traffic leaves the loopback interface.
 from __future__ import annotations
 
 import io
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from loopback import Loopback
 from spark_images.registry.client import RegistryClient, RegistryError, is_loopback
 from spark_images.registry.reference import ImageReference
 
@@ -39,14 +39,11 @@ class PutServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.loopback = Loopback(Handler)
+        self.host = self.loopback.host
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.close()
 
 
 @pytest.fixture()

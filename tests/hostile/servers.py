@@ -15,8 +15,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from loopback import Loopback
 
 LIFETIME_S = 90.0
 
@@ -129,13 +131,8 @@ class Hostile:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_address[1])
-        self.host = f"127.0.0.1:{self.port}"
-        self.url = f"http://{self.host}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-        self.thread.start()
+        self.loopback = Loopback(Handler)
+        self.port, self.host, self.url = self.loopback.port, self.loopback.host, self.loopback.url
         self.timer = threading.Timer(lifetime, self.close)
         self.timer.daemon = True
         self.timer.start()
@@ -143,10 +140,7 @@ class Hostile:
     def close(self) -> None:
         self.stop_at = 0.0
         self.timer.cancel()
-        with contextlib.suppress(Exception):
-            self.server.shutdown()
-        with contextlib.suppress(Exception):
-            self.server.server_close()
+        self.loopback.close()
 
     def __enter__(self) -> Hostile:
         return self

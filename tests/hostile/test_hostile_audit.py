@@ -11,7 +11,6 @@ import contextlib
 import http.server
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +18,8 @@ from pathlib import Path
 import pytest
 from harness import assert_clean_failure, run_cli
 from hostile_cases import layer_tar_gz
+
+from loopback import Loopback
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
@@ -65,15 +66,8 @@ def hostile_index() -> Iterator[tuple[str, dict[str, Route]]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", routes
-    finally:
-        server.shutdown()
-        server.server_close()
+    with Loopback(Handler) as server:
+        yield server.url, routes
 
 
 def body(data: bytes, content_type: str = SIMPLE_JSON, length: int | None = None) -> Route:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import requests
 from harness import assert_clean_failure, run_cli
 from hostile_cases import OCI_MANIFEST, digest_of, layer_tar_gz
+
+from loopback import Loopback
 
 NO_HISTORY = {"SPARK_IMAGES_VLLM_GIT_URL": "file:///nonexistent-vllm-history"}
 
@@ -120,13 +121,8 @@ def liar() -> Iterator[tuple[str, dict[str, Route]]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}", routes
-    finally:
-        server.shutdown()
+    with Loopback(Handler) as server:
+        yield server.host, routes
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.server
 import json
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from loopback import Loopback
 from spark_images.audit.states import AuditReport, FixResult
 from spark_images.cli.monitor import standalone
 from spark_images.release import monitor
@@ -179,14 +179,8 @@ def simple_index() -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with Loopback(Handler) as server:
+        yield f"{server.url}/simple"
 
 
 def _write(path: Path, doc: dict[str, Any]) -> Path:

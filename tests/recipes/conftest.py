@@ -20,7 +20,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import Any
 import pytest
 
 from cache_lock import cache_lock
+from loopback import Loopback
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -164,15 +164,9 @@ def _handler(hub: Hub) -> type[http.server.BaseHTTPRequestHandler]:
 def hub(tmp_path: Path) -> Iterator[Hub]:
     state = Hub(url="", root=tmp_path / "hub")
     state.root.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with Loopback(_handler(state)) as server:
+        state.url = server.url
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 
