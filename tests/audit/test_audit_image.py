@@ -53,10 +53,12 @@ def oci_archive(path: Path, files: dict[str, bytes]) -> Path:
 
 def push(archive: Path, ref: str) -> None:
     from spark_images.readers.images import ImageArchive
-    from spark_images.registry.push import parse_push_target, push_oci_archive
+    from spark_images.registry.push import push_oci_archive
+    from spark_images.registry.reference import ImageReference
 
-    repo, tags = parse_push_target(ref)
-    push_oci_archive(ImageArchive(archive), repo, tags)
+    parsed = ImageReference.parse(ref, allow_digest=False)
+    tags = (parsed.tag,) if parsed.tag else ()
+    push_oci_archive(ImageArchive(archive), ImageReference(parsed.host, parsed.repository), tags)
 
 
 def metadata(version: str) -> bytes:

@@ -19,7 +19,6 @@ import pytest
 from spark_images.buildline import pipeline, repro, summary
 from spark_images.core.errors import EnvironmentProblem, Finding, UsageError
 from spark_images.engine import build as engine_build
-from spark_images.registry import push
 from spark_images.registry.reference import ImageReference
 from spark_images.release import lock
 
@@ -147,14 +146,14 @@ def test_concurrent_writers_lose_no_entry(tmp_path: Path) -> None:
     ],
 )
 def test_parse_push_target(target: str, host: str, name: str, tags: tuple[str, ...]) -> None:
-    repo, got = push.parse_push_target(target)
-    assert (repo.host, repo.repository, got) == (host, name, tags)
+    ref = ImageReference.parse(target, what="--push", allow_digest=False)
+    assert (ref.host, ref.repository, (ref.tag,) if ref.tag else ()) == (host, name, tags)
 
 
 @pytest.mark.parametrize("target", ["spark-vllm", "ghcr.io/Owner/x", "ghcr.io/x@sha256:" + "0" * 64, "h.io/x:bad tag"])
 def test_parse_push_target_refuses(target: str) -> None:
     with pytest.raises(UsageError):
-        push.parse_push_target(target)
+        ImageReference.parse(target, what="--push", allow_digest=False)
 
 
 def test_loopback_is_plain_http_and_others_https() -> None:

@@ -262,7 +262,7 @@ def test_reference_views() -> None:
     ref = ImageReference.parse("[::1]:5000/spark/vllm:cu130")
     assert ref.is_loopback and ref.scheme == "http" and ref.hostname == "::1"
     assert ref.api_base == "http://[::1]:5000/v2/spark/vllm" and ref.reference == "cu130"
-    pinned = ref.with_digest("sha256:" + "c" * 64)
+    pinned = ImageReference.parse("[::1]:5000/spark/vllm@sha256:" + "c" * 64)
     assert pinned.pinned == "[::1]:5000/spark/vllm@sha256:" + "c" * 64 and pinned.reference == pinned.digest
     assert ImageReference.parse("ghcr.io/o/a").scheme == "https"
     assert ImageReference.parse("ghcr.io/o/a").reference == "latest"

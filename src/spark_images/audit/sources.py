@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from spark_images.audit._problems import problem
 from spark_images.audit.releases import parse_version_file
 from spark_images.core import inputs
-from spark_images.core.errors import EnvironmentProblem, UsageError
+from spark_images.core.errors import UsageError
 
 if TYPE_CHECKING:
     from spark_images.profiles.patches import PatchRef
@@ -67,10 +67,9 @@ def _want(path: str) -> bool:
 
 def read_installed(target: str) -> Installed:
     """vLLM's `_version.py` and dist-info (METADATA, direct_url.json) from `target`, in one pass."""
-    try:
-        from spark_images.readers import artifacts  # type: ignore[attr-defined]
-    except ImportError:
-        raise EnvironmentProblem(problem(f"{target}: reading wheels and images needs spark_images.readers.artifacts, which this build lacks")) from None
+    # imported here: an audit of a commit or a checkout reads no artifact, and needs none of the readers' imports
+    from spark_images.readers import artifacts
+
     found: dict[str, bytes] = {}
     for path, data in artifacts.iter_files(target, _want):
         key = "version_file" if path.endswith("vllm/_version.py") else path.rsplit("/", 1)[-1]

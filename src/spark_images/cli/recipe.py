@@ -13,6 +13,7 @@ import argparse
 import sys
 from typing import Any
 
+from spark_images import defaults
 from spark_images.cli._common import add_json_flag, emit, target
 from spark_images.cli.check import TARGETS
 from spark_images.core.errors import EXIT_FINDING, EXIT_OK, Finding, UsageError
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                              description="Read TARGET once and judge the recipe's command. " + TARGETS)
     check.add_argument("recipe", metavar="RECIPE", help="recipes/NAME.yaml")
     check.add_argument("--image", required=True, type=target, metavar="TARGET", help="anything `check` takes")
-    check.add_argument("--gpu", default="sm_121", help="GPU architecture (default: sm_121, the DGX Spark)")
+    check.add_argument("--gpu", default=defaults.GPU, help=f"GPU architecture (default: {defaults.GPU}, the DGX Spark)")
     add_json_flag(check)
     check.set_defaults(handler=run_check)
     validate = verbs.add_parser("validate", help="schema and cross-field checks of recipes")

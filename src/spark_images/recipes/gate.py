@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from spark_images import defaults
 from spark_images.coherence.signatures import normalize_backend
 from spark_images.coherence.verdict import AUTO, Combination
 from spark_images.core.errors import Problem
@@ -73,8 +74,8 @@ def skipped(recipe: Recipe, digest: str, reason: str) -> dict[str, Any]:
 
 def why_not_runnable(recipe: Recipe, gpu: str | None) -> str | None:
     """The reason a gate must skip this recipe, or None when it can serve it."""
-    if gpu != "sm_121":
-        return f"no sm_121 GPU ({gpu or 'none found'})"
+    if gpu != defaults.GPU:
+        return f"no {defaults.GPU} GPU ({gpu or 'none found'})"
     if recipe.model.hub and not recipe.model.revision:
         return "the recipe pins no model revision"
     if recipe.cluster is not None:

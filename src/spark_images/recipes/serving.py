@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spark_images import defaults
 from spark_images.coherence import gpu
 from spark_images.coherence.checks import GateOptions, Progress, quiet
 from spark_images.coherence.container import serve_in_container
@@ -29,15 +30,13 @@ from spark_images.core.errors import Problem, UsageError
 from spark_images.recipes import gate
 from spark_images.recipes.model import Recipe, load_recipe
 
-SPARK_GPU = "sm_121"
-
 
 def gpu_here(assume_gpu: bool) -> tuple[str | None, str]:
     """(the GPU the recipes see, what the record says of it): sm_121 or None with the reason."""
     if assume_gpu:
-        return SPARK_GPU, "not checked (--assume-gpu: stand-in server testing)"
+        return defaults.GPU, "not checked (--assume-gpu: stand-in server testing)"
     found = gpu.detect_sm121()
-    return (SPARK_GPU if found.ok else None), found.reason
+    return (defaults.GPU if found.ok else None), found.reason
 
 
 def gate_recipes(
@@ -67,7 +66,7 @@ def gate_recipes(
         progress(f"recipe {recipe.name}: starting")
         checked, _greedy, ran = serve_in_container(image_ref, argv, combo, opts, gpus=gpus, env=env,
                                                    volumes=volumes, progress=progress)  # fmt: skip
-        run = gate.judge_run(recipe, checked, digest=digest, gpu=said if assume_gpu else SPARK_GPU, ran=ran)
+        run = gate.judge_run(recipe, checked, digest=digest, gpu=said if assume_gpu else defaults.GPU, ran=ran)
         runs.append(run)
         progress(run["line"])
     return runs

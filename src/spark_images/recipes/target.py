@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spark_images import defaults
 from spark_images.check.collect import Gathered, gather
 from spark_images.check.inventory import site_relative
 from spark_images.check.vllm_source import SOURCE_FILES, VllmFacts, parse_facts
@@ -37,7 +38,7 @@ class SourceSink:
         self.texts[rel] = bytes(data).decode("utf-8", "replace")
 
 
-def read_target(target: str, gpu: str = "sm_121") -> tuple[VllmFacts, Gathered]:
+def read_target(target: str, gpu: str = defaults.GPU) -> tuple[VllmFacts, Gathered]:
     """The vLLM facts and the check's gathered inventory and libraries (kernels listed)."""
     sink = SourceSink()
     found = gather(target, gpu, also=sink, kernels=True)

@@ -45,12 +45,6 @@ class OciArchive(Protocol):
     def blob(self, digest: str) -> tuple[IO[bytes], int]: ...
 
 
-def parse_push_target(target: str) -> tuple[ImageReference, tuple[str, ...]]:
-    """`HOST/NAME[:TAG]` -> (the repository, tags). Pure; UsageError when unusable."""
-    ref = ImageReference.parse(target.strip(), what="--push", allow_digest=False)
-    return ImageReference(ref.host, ref.repository), ((ref.tag,) if ref.tag else ())
-
-
 @dataclass(frozen=True)
 class PushResult:
     repository: str

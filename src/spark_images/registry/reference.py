@@ -17,7 +17,7 @@ trailing newline never slips through. Pure: no I/O.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from spark_images.core.errors import UsageError
 from spark_images.core.inputs import short
@@ -173,11 +173,6 @@ class ImageReference:
         if not self.digest:
             raise ValueError(f"{self} has no digest")
         return f"{self.name}@{self.digest}"
-
-    def with_digest(self, digest: str | None) -> ImageReference:
-        if digest is not None and not is_digest(digest):
-            raise BadReference(f"{short(digest)!r}: not a sha256 digest")
-        return replace(self, digest=digest)
 
     def __str__(self) -> str:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
