@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from spark_images.audit.history import HistoryIndex, View, contains
 
 
-def short(sha: str) -> str:
+def short_sha(sha: str) -> str:
+    """A commit or patch id as the audit's lines show it (12 hex digits, as git's --short)."""
     return sha[:12]
 
 
@@ -45,15 +46,15 @@ class ChangeProof:
 
     def lines(self) -> list[str]:
         if self.main_reachable:
-            return [f"main commit {short(self.main_commit)} (the knowledge base's) is in the history"]
-        out = [f"{short(sha)}: same change as the knowledge base's {short(self.main_commit)} "
-               f"(patch-id {short(self.patch_id)})" for sha in self.same]
+            return [f"main commit {short_sha(self.main_commit)} (the knowledge base's) is in the history"]
+        out = [f"{short_sha(sha)}: same change as the knowledge base's {short_sha(self.main_commit)} "
+               f"(patch-id {short_sha(self.patch_id)})" for sha in self.same]
         if self.same:
             return out
         for sha, theirs in self.other:
-            what = f"patch-id {short(theirs)}" if theirs else "no diff"
-            out.append(f"{short(sha)} has the (#{self.pr}) subject, but its change differs from the knowledge base's "
-                       f"{short(self.main_commit)} ({what}, not {short(self.patch_id)})")
+            what = f"patch-id {short_sha(theirs)}" if theirs else "no diff"
+            out.append(f"{short_sha(sha)} has the (#{self.pr}) subject, but its change differs from the knowledge base's "
+                       f"{short_sha(self.main_commit)} ({what}, not {short_sha(self.patch_id)})")
         if self.why_unknown:
             out.append(f"the (#{self.pr}) commit's change cannot be compared: {self.why_unknown}")
         return out

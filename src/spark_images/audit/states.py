@@ -29,7 +29,7 @@ from typing import Any
 
 from spark_images.audit.history import HistoryIndex, Presence, is_empty_commit
 from spark_images.audit.knowledge import Marker
-from spark_images.audit.proof import ChangeProof, PatchProof
+from spark_images.audit.proof import ChangeProof, PatchProof, short_sha
 
 STATES: tuple[str, ...] = (
     "included", "cherry-picked", "patched", "effect-unproven", "effect-absent", "reverted", "absent", "unknown",
@@ -146,23 +146,19 @@ class AuditReport:
         return doc
 
 
-def _short(sha: str) -> str:
-    return sha[:12]
-
-
 def presence_evidence(index: HistoryIndex, p: Presence) -> list[str]:
     lines: list[str] = []
     for sha in p.squash:
         where = "on main" if sha in index.chain or sha in index.reach else "in the target's history"
         empty = "; empty commit: its tree equals its parent's" if is_empty_commit(index, sha) else ""
-        lines.append(f"squash {_short(sha)} {where}{empty}")
+        lines.append(f"squash {short_sha(sha)} {where}{empty}")
     for sha, origin in p.picks:
-        src = f" (cherry picked from {_short(origin)})" if origin else f" (same (#{p.pr}) subject)"
+        src = f" (cherry picked from {short_sha(origin)})" if origin else f" (same (#{p.pr}) subject)"
         empty = "; empty commit: its tree equals its parent's" if is_empty_commit(index, sha) else ""
-        lines.append(f"cherry-pick {_short(sha)} off main{src}{empty}")
+        lines.append(f"cherry-pick {short_sha(sha)} off main{src}{empty}")
     for sha, depth in p.reverts:
         verb = "reverted" if depth % 2 else "re-applied"
-        lines.append(f"{verb} by {_short(sha)}")
+        lines.append(f"{verb} by {short_sha(sha)}")
     return lines
 
 
@@ -189,7 +185,7 @@ def decide(
         if patch_lines:
             return "patched", patch_lines
         if truncated:
-            cut = ", ".join(_short(s) for s in truncated[:3])
+            cut = ", ".join(short_sha(s) for s in truncated[:3])
             return "unknown", [f"not found, but the history is cut at {cut} (shallow clone); cannot tell absent",
                                *unproven_patches]
         return "absent", [*(evidence or [f"no (#{pr}) commit, cherry-pick or patch in the target's history"]),
@@ -202,7 +198,7 @@ def decide(
         lines = list(evidence)
         for n, p in undoers:
             shas = p.squash or tuple(sha for sha, _ in p.picks)
-            lines.append(f"effect undone by #{n} ({', '.join(_short(s) for s in shas)})")
+            lines.append(f"effect undone by #{n} ({', '.join(short_sha(s) for s in shas)})")
         lines += [m.line() for m in failed]
         return ("patched", [*lines, *patch_lines]) if patch_lines else ("effect-absent", [*lines, *unproven_patches])
     proof_lines = proof.lines() if proof is not None else []

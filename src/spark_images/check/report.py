@@ -10,15 +10,10 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from spark_images.core.inputs import short
+
 WIDTH = 100
 MARK = {"ready": "✅", "degraded": "⚠️", "broken": "❌"}
-
-
-def _short(text: str, width: int) -> str:
-    if len(text) <= width:
-        return text
-    keep = width - 3
-    return text[: keep // 2] + "..." + text[len(text) - (keep - keep // 2) :]
 
 
 def _wrap(text: str, indent: str = "  ", more: str = "      ") -> list[str]:
@@ -58,13 +53,13 @@ def _fixes_line(fixes: dict[str, Any]) -> str:
 
 def _lib_row(lib: dict[str, Any], path_width: int) -> str:
     counts = f"{lib['native']:>4}/{lib['fatbins']:<4}"
-    return f"  {lib['verdict']:<11} {counts} {_short(lib['path'], path_width)}"
+    return f"  {lib['verdict']:<11} {counts} {short(lib['path'], path_width, middle=True)}"
 
 
 def render_check_text(doc: dict[str, Any], *, libraries: int = 12) -> str:
     s = doc["device_code"]["summary"]
     head = f"{doc['target']} on {doc['gpu']}: {doc['verdict'].upper()}"
-    lines = [_short(head, WIDTH)]
+    lines = [short(head, WIDTH, middle=True)]
     if doc.get("digest"):
         lines.append(f"  digest {doc['digest']}")
     for key, value in _facts(doc):
@@ -136,7 +131,7 @@ def _count_cell(c: dict[str, Any]) -> str:
 
 def render_diff_text(diff: dict[str, Any]) -> str:
     a, b = diff["a"], diff["b"]
-    lines = [_short(f"{a['target']} ({a['verdict']}) -> {b['target']} ({b['verdict']})", WIDTH)]
+    lines = [short(f"{a['target']} ({a['verdict']}) -> {b['target']} ({b['verdict']})", WIDTH, middle=True)]
     p = diff["packages"]
     lines.append(f"packages: {len(p['added'])} added, {len(p['removed'])} removed, {len(p['changed'])} re-versioned")
     lines += [f"  + {x['name']} {x['version']}" for x in p["added"]]
@@ -146,7 +141,7 @@ def render_diff_text(diff: dict[str, Any]) -> str:
     for lib in diff["libraries"]:
         row = f"  {lib['change']:<14} {_count_cell(lib['before'])} -> {_count_cell(lib['after'])}"
         lines.append(row)
-        lines.append(f"      {_short(lib['path'], WIDTH - 6)}")
+        lines.append(f"      {short(lib['path'], WIDTH - 6, middle=True)}")
     fixes = diff["fixes"]
     if fixes["status"] == "skipped":
         lines.extend(_wrap(f"fixes: skipped ({fixes['reason']})", "", "  "))

@@ -155,14 +155,18 @@ def load_json(
     return loads_json(read_text(path, what=what, limit=limit, error=error), file=file, what=what, max_depth=max_depth, error=error)
 
 
-def short(text: str, limit: int = 200) -> str:
+def short(text: str, limit: int = 200, *, middle: bool = False) -> str:
     """A value for a message, the one shortener: bounded to `limit` characters, control
-    characters escaped (a newline in a value can never start a second line)."""
-    cut = len(text) > limit
-    text = text[: limit - 3] if cut else text
+    characters escaped (a newline in a value can never start a second line). `middle`
+    cuts out the middle instead of the end (a path in a table keeps its file name)."""
     if not text.isprintable():
         text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
-    return text + ("..." if cut else "")
+    if len(text) <= limit:
+        return text
+    keep = limit - 3
+    if middle:
+        return text[: keep // 2] + "..." + text[len(text) - (keep - keep // 2) :]
+    return text[:keep] + "..."
 
 
 def display_path(path: str | os.PathLike[str]) -> str:
