@@ -4,7 +4,6 @@ writes) and a docker-save tar, read in place by the one archive reader."""
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import subprocess
@@ -15,6 +14,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from oci_blobs import digest_of
+from oci_blobs import layer_tar as layer
 from spark_images.cubins import scan_target
 from spark_images.readers import artifacts
 
@@ -22,25 +23,6 @@ ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"
 LIB121 = (ORACLE_BIN / "lib/libsm121a.so").read_bytes()
 LIB90 = (ORACLE_BIN / "lib/libsm90.so").read_bytes()
 OCI = "application/vnd.oci.image"
-
-
-def digest_of(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def layer(files: dict[str, bytes | str]) -> bytes:
-    """A tar layer; a str value is a hard link to that path."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            if isinstance(data, str):
-                info.type, info.linkname = tarfile.LNKTYPE, data
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def write_tar(path: Path, members: dict[str, bytes]) -> None:

@@ -11,11 +11,8 @@ happy path of the same code. No traffic leaves the loopback interface.
 from __future__ import annotations
 
 import gzip
-import hashlib
-import io
 import json
 import os
-import tarfile
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
@@ -25,6 +22,7 @@ import pytest
 import zstandard
 
 from loopback import Loopback
+from oci_blobs import digest_of, layer_tar
 from spark_images.core.errors import SparkImagesError
 from spark_images.readers import artifacts
 from spark_images.registry.client import RegistryClient, RegistryError, parse_reference
@@ -32,20 +30,6 @@ from spark_images.registry.client import RegistryClient, RegistryError, parse_re
 ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"
 
 Route = Callable[[BaseHTTPRequestHandler], None]
-
-
-def digest_of(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def layer_tar(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 class FakeRegistry:
