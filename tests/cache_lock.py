@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,3 +29,11 @@ def cache_lock(name: str) -> Iterator[None]:
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
         yield
+
+
+def tag_lock(tag: str) -> contextlib.AbstractContextManager[None]:
+    """One builder and one pusher per tag, across workers and runs: two that build one tag
+    at once lose the race at the end ("image ... already exists"), and two `docker push`es
+    of one tag at once corrupt the loopback registry's tag link (every later HEAD of the
+    tag answers 500 "invalid checksum digest format")."""
+    return cache_lock("image-tag-" + hashlib.sha256(tag.encode()).hexdigest()[:16])

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cache_lock import cache_lock
+from cache_lock import cache_lock, tag_lock
 
 HERE = Path(__file__).resolve().parent
 RAY_VERSION = "2.60.0"  # PyPI's ray, the newest release with a cp311 manylinux x86_64 wheel
@@ -81,9 +81,7 @@ def _link(src: Path, dest: Path) -> None:
 
 
 def _build(context: Path, tag: str) -> None:
-    # one builder per tag: two workers (or two runs) that build one tag at once lose
-    # the race at the end ("image ... already exists"); the next finds it and reuses it
-    with cache_lock("cluster-image-" + hashlib.sha256(tag.encode()).hexdigest()[:16]):
+    with tag_lock(tag):
         probe = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False)
         if probe.returncode != 0:
             _run(["docker", "buildx", "build", "--platform", "linux/amd64", "--load", "-t", tag, str(context)])
@@ -91,7 +89,8 @@ def _build(context: Path, tag: str) -> None:
 
 def pushed_digest(tag: str) -> str:
     """Push TAG to its registry; REPOSITORY@sha256:... of what the registry holds."""
-    _run(["docker", "push", "--quiet", tag], timeout=600)
+    with tag_lock(tag):
+        _run(["docker", "push", "--quiet", tag], timeout=600)
     repo = tag.rpartition(":")[0]
     out = _run(["docker", "image", "inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}", tag])
     digests = [line.strip() for line in out.splitlines() if line.strip().startswith(f"{repo}@")]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cache_lock import tag_lock
 from spark_images.cubins import CubinReport, scan_target
 from spark_images.readers import artifacts
 from spark_images.registry.client import RegistryClient
@@ -43,13 +44,15 @@ def fixture_image(arm64_base: str, local_registry: str, tmp_path_factory: pytest
     tag = hashlib.sha256(text.encode()).hexdigest()[:12]
     local = f"spark-images-test/cubins-fixture:{tag}"
     remote = f"{local_registry}/spark-images-test/cubins-fixture:{tag}"
-    subprocess.run(
-        ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", local, "-t", remote, str(ctx)],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    subprocess.run(["docker", "push", "-q", remote], check=True, capture_output=True, timeout=300)
+    # workers that run this module's tests build and push the one tag in turn (tag_lock says why)
+    with tag_lock(remote):
+        subprocess.run(
+            ["docker", "buildx", "build", "--platform", "linux/arm64", "--load", "-t", local, "-t", remote, str(ctx)],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+        subprocess.run(["docker", "push", "-q", remote], check=True, capture_output=True, timeout=300)
     return local, remote
 
 
