@@ -335,7 +335,7 @@ def main() -> int:
     sys.setswitchinterval(READER_SWITCH_INTERVAL)  # as the CLI does
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=float, default=2.6)
-    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=2, help="timed runs; 0 only generates the content")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "spark-images-test" / "bench-at-limit")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--clean", action="store_true", help="delete the generated tree and archive afterwards")
@@ -350,6 +350,8 @@ def main() -> int:
     if args.profile:
         profile("scan_target(archive)", lambda: cubins.scan_target(str(archive), "sm_121", GLOBS))
         profile("check.gather(tree)", lambda: check.gather(site, "sm_121", required=GLOBS))
+    if args.runs < 1:
+        return 0
     print(f"load before: {loadavg()}", flush=True)
     cat = ["sh", "-c", 'find "$1" -type f -exec cat {} + > /dev/null', "cat", site]
     check_cli = [sys.executable, "-c", cubins_bench.RUN_CLI, "check", site, "--json", "--no-audit"]
