@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from harness import assert_clean_failure, run_cli
-from hostile_cases import layer_tar_gz
 
 from loopback import Loopback
+from oci_blobs import layer_tar_gz
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 

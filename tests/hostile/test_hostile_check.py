@@ -17,9 +17,9 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 import requests
 from harness import assert_clean_failure, run_cli
-from hostile_cases import OCI_MANIFEST, digest_of, layer_tar_gz
 
 from loopback import Loopback
+from oci_blobs import OCI_MANIFEST, digest_of, layer_tar_gz
 
 NO_HISTORY = {"SPARK_IMAGES_VLLM_GIT_URL": "file:///nonexistent-vllm-history"}
 

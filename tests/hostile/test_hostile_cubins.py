@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import zstandard
 from harness import Result, assert_clean_failure, run_cli
-from hostile_cases import digest_of, layer_tar
 
+from oci_blobs import digest_of, layer_tar
 from spark_images.cubins.fatbin import scan_binary
 
 ORACLE = Path(__file__).resolve().parents[1] / "cubins" / "oracle" / "bin"

@@ -25,8 +25,10 @@ from pathlib import Path
 
 import pytest
 from harness import assert_clean_failure, run_cli, tree_digest
-from hostile_cases import BODY_CASES, Image, digest_of, lock_entry, registry_cases, registry_route
+from hostile_cases import BODY_CASES, Image, lock_entry, registry_cases, registry_route
 from servers import Hostile, Req, Route
+
+from oci_blobs import digest_of
 
 DEADLINE_S = "4"
 WALL_S = 30.0

@@ -19,16 +19,10 @@ from typing import Any
 
 import pytest
 from harness import assert_clean_failure, run_cli, tree_digest
-from hostile_cases import (
-    BODY_CASES,
-    OCI_MANIFEST,
-    Image,
-    digest_of,
-    lock_entry,
-    passed_combinations,
-    token_cases,
-)
+from hostile_cases import BODY_CASES, Image, lock_entry, passed_combinations, token_cases
 from servers import Hostile, Req, Route
+
+from oci_blobs import OCI_MANIFEST, digest_of
 
 IMAGE = Image()
 DIGEST = digest_of(IMAGE.manifest)
