@@ -27,9 +27,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import requests
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -37,7 +36,14 @@ from spark_images import defaults
 from spark_images.core import atomic
 from spark_images.core.errors import EnvironmentProblem, UsageError
 from spark_images.core.inputs import loads_json
-from spark_images.registry import http
+
+if TYPE_CHECKING:
+    import requests
+
+    from spark_images.registry import http
+
+# `requests` and the HTTP helpers (~0.2 s to import) are imported by the functions that go to
+# the network: a `check` of a local tree imports this module for its names and wheel rules only
 
 INDEX_URL = defaults.PYPI_SIMPLE
 
@@ -141,6 +147,8 @@ def cache_root() -> Path:
 
 
 def _session() -> requests.Session:
+    import requests
+
     session = requests.Session()
     session.headers["User-Agent"] = "spark-images"
     return session
@@ -152,6 +160,7 @@ def project_index(name: str, *, index: str | None = None, what: str = "") -> dic
     UsageError when the project does not exist; EnvironmentProblem for every
     other failure, each one line naming the URL.
     """
+    from spark_images.registry import http
     base = (index or index_url()).rstrip("/")
     url = f"{base}/{normalize(name)}/"
     label = f"{what}: " if what else ""
@@ -213,6 +222,7 @@ def stream(url: str, *, size: int | None = None, cap: int | None = None) -> Iter
     EnvironmentProblem naming the URL on any failure. For callers outside this
     module (sdists of the audit), so that every PyPI download is bounded the same way.
     """
+    from spark_images.registry import http
     limit = size if size is not None else cap
     deadline = http.Deadline(http.download_deadline_s(limit or 0))
 
@@ -250,6 +260,7 @@ def cached(wheel: WheelFile) -> Path | None:
 
 def download(wheel: WheelFile, progress: Progress | None = None) -> Path:
     """Download into the cache, hashing as it streams and stopping at the declared size."""
+    from spark_images.registry import http
     hit = cached(wheel)
     if hit is not None:
         return hit
@@ -284,6 +295,7 @@ class RangeReadError(OSError):
     """A range read that failed: an OSError (zipfile expects one) whose filename is the URL."""
 
     def __init__(self, url: str, message: str) -> None:
+        from spark_images.registry import http
         super().__init__(errno.EIO, message, http.short_url(url))
 
 
@@ -325,6 +337,7 @@ class HttpRangeFile(io.RawIOBase):
         return RangeReadError(self.url, f"range read: {failure.detail()}")
 
     def _fetch(self, start: int, end: int) -> bytes:
+        from spark_images.registry import http
         header = {"Range": f"bytes={start}-{end - 1}"}
         deadline = http.Deadline(http.download_deadline_s(end - start))
         for attempt in range(self.retries + 1):

@@ -37,18 +37,17 @@ class CubinInfo:
 _WANTED_SECTIONS = re.compile(rb"(\.(?:text\.[^\0]*|note\.nv\.tkinfo(?![^\0])|nv\.compat(?![^\0])))")
 
 
-def _cuda_variant(data: bytes | memoryview, hdr: elf.ElfHeader, secs: list[elf.Section]) -> str:
+_ARCH_FLAG = re.compile(rb"-arch[ =]+sm_(\d+)([af]?)")
+
+
+def _cuda_variant(hdr: elf.ElfHeader, tkinfo: bytes | None, compat: bytes | None) -> str:
     if hdr.abi_version == 7:
         return "a" if hdr.flags & 0x800 else ""
-    by_name = {s.name: s for s in secs}
-    tkinfo = by_name.get(".note.nv.tkinfo")
     if tkinfo is not None:
-        text = bytes(elf.section_bytes(data, tkinfo))
-        match = re.search(rb"-arch[ =]+sm_(\d+)([af]?)", text)
+        match = _ARCH_FLAG.search(tkinfo)
         if match and match.group(2) == b"f":
             return "f"
-    compat = by_name.get(".nv.compat")
-    if compat is not None and _compat_attr(bytes(elf.section_bytes(data, compat)), 0x09) == 1:
+    if compat is not None and _compat_attr(compat, 0x09) == 1:
         return "a"
     if hdr.flags & 0x8:  # CUDA 12.9 marks 'a' here on ABI 8
         return "a"
@@ -87,16 +86,25 @@ def cubin_info(data: bytes | memoryview | mmap.mmap) -> CubinInfo:
         sm = (hdr.flags >> 8) & 0xFF
     else:
         raise elf.ElfError(f"cubin ELF ABI version {hdr.abi_version} is unknown (expected 7 or 8)")
-    kernels = tuple(sorted(s.name[len(".text.") :] for s in secs if s.name.startswith(".text.")))
-    tool = ""
-    for s in secs:
-        if s.name == ".note.nv.tkinfo":
-            blob = bytes(elf.section_bytes(data, s))
-            tool = "nvlink" if b"nvlink" in blob else "ptxas" if b"ptxas" in blob else ""
+    kernels: list[str] = []
+    tkinfo: bytes | None = None
+    compat: elf.Section | bytes | None = None
+    for sec in secs:  # the last of each name counts, as a by-name lookup would have it
+        name = sec.name
+        if name[:6] == ".text.":
+            kernels.append(name[6:])
+        elif name == ".note.nv.tkinfo":
+            tkinfo = bytes(elf.section_bytes(data, sec))
+        elif name == ".nv.compat":
+            compat = sec
+    if compat is not None:
+        compat = bytes(elf.section_bytes(data, compat))
+    tool = "" if tkinfo is None else "nvlink" if b"nvlink" in tkinfo else "ptxas" if b"ptxas" in tkinfo else ""
+    kernels.sort()
     return CubinInfo(
         sm=sm,
-        variant=_cuda_variant(data, hdr, secs),
+        variant=_cuda_variant(hdr, tkinfo, compat),  # type: ignore[arg-type]
         abi_version=hdr.abi_version,
-        kernels=kernels,
+        kernels=tuple(kernels),
         tool=tool,
     )

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
 from itertools import accumulate, count
-from operator import add
+from operator import add, itemgetter
 from typing import NamedTuple
 
 ELF_MAGIC = b"\x7fELF"
@@ -33,8 +32,8 @@ class Section(NamedTuple):
     size: int
 
 
-@dataclass(frozen=True)
-class ElfHeader:
+class ElfHeader(NamedTuple):
+    # a tuple, like Section: every cubin of a scan reads one (20k in a vLLM image)
     osabi: int
     abi_version: int
     machine: int
@@ -49,25 +48,26 @@ def is_elf(data: bytes | memoryview) -> bool:
     return bytes(data[:4]) == ELF_MAGIC
 
 
+# e_ident (magic, class, data, version, osabi, abiversion, padding), then e_type, e_machine,
+# e_version, e_entry, e_phoff, e_shoff, e_flags, e_ehsize, e_phentsize, e_phnum, e_shentsize,
+# e_shnum, e_shstrndx: the whole 64-byte ELF64 header in one unpack
+_EHDR = struct.Struct("<4sBBxBB7x2xH4x8x8xQI6xHHH")
+
+
 def read_header(data: bytes | memoryview) -> ElfHeader:
-    if len(data) < 64 or bytes(data[:4]) != ELF_MAGIC:
+    if len(data) < 64:
         raise ElfError("not an ELF file (bad magic or shorter than an ELF header)")
-    if data[4] != 2 or data[5] != 1:
+    magic, cls, encoding, osabi, abi, machine, shoff, flags, shentsize, shnum, shstrndx = _EHDR.unpack_from(data)
+    if magic != ELF_MAGIC:
+        raise ElfError("not an ELF file (bad magic or shorter than an ELF header)")
+    if cls != 2 or encoding != 1:
         raise ElfError("not a 64-bit little-endian ELF file")
-    machine = struct.unpack_from("<H", data, 18)[0]
-    shoff = struct.unpack_from("<Q", data, 40)[0]
-    flags = struct.unpack_from("<I", data, 48)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
-    return ElfHeader(
-        osabi=data[7],
-        abi_version=data[8],
-        machine=machine,
-        flags=flags,
-        shoff=shoff,
-        shentsize=shentsize,
-        shnum=shnum,
-        shstrndx=shstrndx,
-    )
+    return ElfHeader(osabi, abi, machine, flags, shoff, shentsize, shnum, shstrndx)
+
+
+_SHDR = struct.Struct("<II16xQQ")  # sh_name, sh_type, (sh_flags, sh_addr), sh_offset, sh_size
+_SHDR64 = struct.Struct("<II16xQQ24x")  # the same, padded to the 64-byte entry
+_FIRST = itemgetter(0)
 
 
 def sections(
@@ -95,15 +95,12 @@ def sections(
         raise ElfError(
             f"section header table ends at {end}, past the end of the file ({len(data)} bytes)"
         )
-    table = bytes(data[hdr.shoff : end])
-    # name, type, flags, addr, offset, size of each entry, unpacked from one copy of the table
+    # name, type, offset, size of each entry (flags and addr skipped), from one copy of the table
     if hdr.shentsize == 64:
-        raw = [(r[0], r[1], r[4], r[5]) for r in struct.iter_unpack("<IIQQQQIIQQ", table)]
+        raw = list(_SHDR64.iter_unpack(bytes(data[hdr.shoff : end])))
     else:
-        raw = [
-            (r[0], r[1], r[4], r[5])
-            for r in (struct.unpack_from("<IIQQQQ", table, i * hdr.shentsize) for i in range(shnum))
-        ]
+        table = bytes(data[hdr.shoff : end])
+        raw = [_SHDR.unpack_from(table, i * hdr.shentsize) for i in range(shnum)]
     if hdr.shstrndx >= shnum:
         raise ElfError(f"section name table index {hdr.shstrndx} out of range")
     _, _, str_off, str_size = raw[hdr.shstrndx]
@@ -111,7 +108,7 @@ def sections(
         raise ElfError("section name table lies past the end of the file")
     strtab = bytes(data[str_off : str_off + str_size])
     limit = len(strtab)
-    worst = max(r[0] for r in raw) if raw else 0
+    worst = max(map(_FIRST, raw)) if raw else 0
     if worst and worst >= limit:
         # a name pointing outside the table: the table cannot be trusted to find anything
         raise ElfError(f"section name offset {worst} is outside the {limit}-byte name table")

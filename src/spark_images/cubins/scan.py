@@ -164,8 +164,8 @@ def _scan(
                 unreadable.append({"path": member.path, "error": "not an ELF file (no library or cubin)"})
             continue  # a host library without device code
         counted = [fb for fb in result.fatbins if fb.section != EMBEDDED]  # embedded ones are listed apart
-        stubs = frozenset(fb.offset for fb in counted if is_link_stub(member.data, fb))
         budget = Budget()
+        stubs = frozenset(fb.offset for fb in counted if is_link_stub(member.data, fb, budget))
         rejected = unproven_entries(member.data, counted, stubs, the_gpu, budget)
         lib = library_from_scan(member.path, result, the_gpu, stubs, rejected)
         if result.problems or rejected:

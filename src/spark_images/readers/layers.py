@@ -393,11 +393,46 @@ def _regular(stream: ForwardStream, entry: _Entry, name: str, spool_over: int | 
         raise LayerError(f"tar stream ends inside {name} ({exc})") from exc
 
 
+# decompressed bytes that inflation may run ahead of the walk, across layers: the walk's work and
+# the inflater's differ from layer to layer (a layer of 40k small files is all tar headers, a
+# layer of model weights all inflation), and with a few chunks of slack one waited for the other
+AHEAD_BYTES = 256 << 20
+_LAYER_END = b""  # what the inflating thread puts between two layers (a chunk is never empty)
+
+
 def read_layers(layers: list[tuple[str, Opener]], want: Want, where: str, spool_over: int | None = None) -> Iterator[Member]:
-    """Merge layers (given bottom first) into the visible files, reading top first."""
+    """Merge layers (given bottom first) into the visible files, reading top first.
+
+    One thread inflates the layers one after another, up to AHEAD_BYTES ahead
+    of the walk, so the next layer is already inflating while this one's last
+    members are parsed."""
     overlay = Overlay()
-    for digest, open_chunks in reversed(layers):
-        yield from _read_layer(digest, open_chunks, overlay, want, where, spool_over)
+    top_first = list(reversed(layers))
+    # zlib, zstd, sha256 and file reads release the GIL: decompression runs in a thread ahead of
+    # the tar parsing, spooling and scanning done here, so the two overlap
+    chunks = run_ahead(_inflated_layers(top_first), weigh=len, budget=AHEAD_BYTES)
+    try:
+        for digest, _open in top_first:
+            stream = ForwardStream(_one_layer(chunks))
+            with _unreadable_as_usage(where, digest):
+                yield from layer_members(stream, overlay, want, f"layer {digest}", spool_over)
+                stream.drain()
+    finally:
+        chunks.close()
+
+
+def _inflated_layers(layers: list[tuple[str, Opener]]) -> Iterator[bytes]:
+    for _digest, open_chunks in layers:
+        yield from inflated(open_chunks)
+        yield _LAYER_END
+
+
+def _one_layer(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The chunks of the next layer, up to the end marker (an error inflating it is raised here)."""
+    for chunk in chunks:
+        if chunk is _LAYER_END or not chunk:
+            return
+        yield chunk
 
 
 @contextlib.contextmanager
@@ -421,17 +456,6 @@ def _open_tar(stream: ForwardStream) -> tarfile.TarFile | None:
         if str(exc) == "empty file":
             return None
         raise LayerError(str(exc)) from exc
-
-
-def _read_layer(
-    digest: str, open_chunks: Opener, overlay: Overlay, want: Want, where: str, spool_over: int | None
-) -> Iterator[Member]:
-    # zlib, zstd, sha256 and sockets release the GIL: decompression runs in a thread ahead of
-    # the tar parsing, spooling and scanning done here, so the two overlap
-    stream = ForwardStream(run_ahead(inflated(open_chunks), depth=4))
-    with _unreadable_as_usage(where, digest):
-        yield from layer_members(stream, overlay, want, f"layer {digest}", spool_over)
-        stream.drain()
 
 
 def layer_entries(digest: str, open_chunks: Opener, where: str) -> Iterator[tuple[tarfile.TarInfo, str]]:

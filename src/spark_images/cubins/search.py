@@ -1,0 +1,93 @@
+"""The fatbin magic search over a whole library: libc `memmem`, with `find` as the fallback (pure, no I/O).
+
+The search runs over every host byte of every big library (a fatbin hidden
+outside `.nv_fatbin` must still be seen), so its speed is the scan's. On
+incompressible bytes (packed data, compressed payloads) CPython's `find`
+for a 4-byte needle runs at ~1.3 GB/s; glibc's `memmem` at ~3 GB/s (and
+faster still on machine code), and a foreign call through ctypes gives up
+the GIL, so the layer's decompression and hashing threads run meanwhile.
+Where libc has no `memmem` (or the buffer's address cannot be had), the
+buffer's own `find` answers, with the same result.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+
+class _Py_buffer(ctypes.Structure):  # CPython's own name for it
+    """CPython's buffer view (Include/pybuffer.h), enough to learn a read-only buffer's address."""
+
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),  # a new reference, dropped by PyBuffer_Release
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+def _libc_memmem() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    try:
+        fn = ctypes.CDLL(None).memmem
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    return fn
+
+
+_MEMMEM = _libc_memmem()
+_GET_BUFFER = ctypes.pythonapi.PyObject_GetBuffer
+_GET_BUFFER.argtypes = [ctypes.py_object, ctypes.POINTER(_Py_buffer), ctypes.c_int]
+_GET_BUFFER.restype = ctypes.c_int
+_RELEASE_BUFFER = ctypes.pythonapi.PyBuffer_Release
+_RELEASE_BUFFER.argtypes = [ctypes.POINTER(_Py_buffer)]
+_RELEASE_BUFFER.restype = None
+
+
+class Searcher:
+    """`find(needle, start, stop)` over one bytes or mmap object, as `bytes.find` answers it.
+
+    Holds the buffer exported for its lifetime (an mmap cannot be closed
+    meanwhile, so the address stays valid); use it as a context manager.
+    """
+
+    def __init__(self, data: bytes | mmap.mmap) -> None:
+        self.data = data
+        self._view: _Py_buffer | None = None
+        self._base = 0
+        if _MEMMEM is None or len(data) == 0:
+            return
+        view = _Py_buffer()
+        if _GET_BUFFER(data, ctypes.byref(view), 0) != 0 or not view.buf or view.len != len(data):
+            return
+        self._view, self._base = view, int(view.buf)
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._view is not None:
+            _RELEASE_BUFFER(ctypes.byref(self._view))
+            self._view = None
+
+    def find(self, needle: bytes, start: int, stop: int) -> int:
+        size = len(self.data)
+        start, stop = max(start, 0), min(stop, size)
+        if self._view is None or _MEMMEM is None:
+            return self.data.find(needle, start, stop)
+        if stop - start < len(needle) or not needle:
+            return -1 if needle else start
+        hit = _MEMMEM(self._base + start, stop - start, needle, len(needle))
+        return -1 if hit is None else int(hit) - self._base
