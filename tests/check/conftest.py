@@ -38,7 +38,7 @@ sys.path.insert(0, str(BUILD_TESTS))
 
 from build_helpers import CA_BUNDLE, LineProject, _QuietHandler  # noqa: E402
 
-from cache_lock import cache_lock  # noqa: E402  (tests/, put on sys.path by build_helpers)
+from cache_lock import cache_lock, tag_lock  # noqa: E402  (tests/, put on sys.path by build_helpers)
 from spark_images import pypi  # noqa: E402
 
 
@@ -215,12 +215,15 @@ def image_c(
     url, bundle = https_wheels
     for path in (project.profile, project.root / "profiles" / "test.requirements.lock"):  # vllm's URL, torch's
         path.write_text(path.read_text().replace(wheel_server.url, url))
-    proc = project.run(
-        "build", "profiles/check-c.yaml", "--push", f"{local_registry}/spark-images-test/check-c", "--ca-cert", str(bundle)
-    )
+    # every worker builds this fixture, and the build loads it as spark-images/check-c:build: two
+    # loads of that tag at once leave one build with the other's image ID (its gate then fails)
+    with tag_lock("spark-images/check-c:build"):
+        proc = project.run(
+            "build", "profiles/check-c.yaml", "--push", f"{local_registry}/spark-images-test/check-c", "--ca-cert", str(bundle)
+        )
     record_path = project.root / "build" / "check-c" / "record.json"
     assert record_path.is_file(), proc.stdout[-2000:] + proc.stderr[-3000:]
     record = json.loads(record_path.read_text())
     digest = record["build"]["digest"]
-    assert digest, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert digest and "local_image" in record["build"], str(record["build"].get("reason")) + proc.stderr[-3000:]
     return record["build"]["local_image"], f"{local_registry}/spark-images-test/check-c@{digest}"
