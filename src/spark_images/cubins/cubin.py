@@ -88,7 +88,7 @@ def cubin_info(data: bytes | memoryview | mmap.mmap) -> CubinInfo:
         raise elf.ElfError(f"cubin ELF ABI version {hdr.abi_version} is unknown (expected 7 or 8)")
     kernels: list[str] = []
     tkinfo: bytes | None = None
-    compat: elf.Section | bytes | None = None
+    compat_section: elf.Section | None = None
     for sec in secs:  # the last of each name counts, as a by-name lookup would have it
         name = sec.name
         if name[:6] == ".text.":
@@ -96,14 +96,13 @@ def cubin_info(data: bytes | memoryview | mmap.mmap) -> CubinInfo:
         elif name == ".note.nv.tkinfo":
             tkinfo = bytes(elf.section_bytes(data, sec))
         elif name == ".nv.compat":
-            compat = sec
-    if compat is not None:
-        compat = bytes(elf.section_bytes(data, compat))
+            compat_section = sec
+    compat = None if compat_section is None else bytes(elf.section_bytes(data, compat_section))
     tool = "" if tkinfo is None else "nvlink" if b"nvlink" in tkinfo else "ptxas" if b"ptxas" in tkinfo else ""
     kernels.sort()
     return CubinInfo(
         sm=sm,
-        variant=_cuda_variant(hdr, tkinfo, compat),  # type: ignore[arg-type]
+        variant=_cuda_variant(hdr, tkinfo, compat),
         abi_version=hdr.abi_version,
         kernels=tuple(kernels),
         tool=tool,

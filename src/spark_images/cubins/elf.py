@@ -96,10 +96,10 @@ def sections(
             f"section header table ends at {end}, past the end of the file ({len(data)} bytes)"
         )
     # name, type, offset, size of each entry (flags and addr skipped), from one copy of the table
+    table = bytes(data[hdr.shoff : end])
     if hdr.shentsize == 64:
-        raw = list(_SHDR64.iter_unpack(bytes(data[hdr.shoff : end])))
+        raw = list(_SHDR64.iter_unpack(table))
     else:
-        table = bytes(data[hdr.shoff : end])
         raw = [_SHDR.unpack_from(table, i * hdr.shentsize) for i in range(shnum)]
     if hdr.shstrndx >= shnum:
         raise ElfError(f"section name table index {hdr.shstrndx} out of range")

@@ -85,7 +85,7 @@ class Searcher:
     def find(self, needle: bytes, start: int, stop: int) -> int:
         size = len(self.data)
         start, stop = max(start, 0), min(stop, size)
-        if self._view is None or _MEMMEM is None:
+        if self._view is None:  # set only where memmem exists
             return self.data.find(needle, start, stop)
         if stop - start < len(needle) or not needle:
             return -1 if needle else start

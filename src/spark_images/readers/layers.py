@@ -430,7 +430,7 @@ def _inflated_layers(layers: list[tuple[str, Opener]]) -> Iterator[bytes]:
 def _one_layer(chunks: Iterator[bytes]) -> Iterator[bytes]:
     """The chunks of the next layer, up to the end marker (an error inflating it is raised here)."""
     for chunk in chunks:
-        if chunk is _LAYER_END or not chunk:
+        if not chunk:  # _LAYER_END
             return
         yield chunk
 
