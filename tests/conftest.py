@@ -160,18 +160,6 @@ INTEGRATION_PATHS = (
     "coherence/test_coherence_real_behaviour.py", "coherence/test_coherence_local_selection.py",
     "coherence/test_coherence_recipe_serve.py",
 )
-# tests that share state built on the engine run on one xdist worker
-# (`--dist loadgroup`): each such fixture is built once per run, not once per worker
-ENGINE_STATE_FIXTURES = frozenset({
-    "arm64_base", "cuda_test_base", "make_project", "wheel_server", "https_wheels",
-    "image_a", "image_b", "image_c", "fake_vllm_image", "standin_profile",
-})  # fmt: skip
-ENGINE_GROUP = "engine-state"
-# folders whose tests run `spark-images build` on the engine: builds of one profile share
-# local image names, so they take turns on the engine-state worker too
-ENGINE_STATE_PATHS = ("build/", "workflows/", "check/test_check_images.py")
-
-
 def kind_of(item: pytest.Item) -> str:
     """`unit` or `integration`: a mark the test sets itself, else what it needs."""
     own = [m.name for m in item.iter_markers() if m.name in ("unit", "integration")]
@@ -191,6 +179,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         kind = kind_of(item)
         if not item.get_closest_marker(kind):
             item.add_marker(kind)
-        where = item.path.relative_to(REPO_ROOT / "tests").as_posix()
-        if ENGINE_STATE_FIXTURES.intersection(getattr(item, "fixturenames", ())) or where.startswith(ENGINE_STATE_PATHS):
-            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))

@@ -80,16 +80,31 @@ def cuda_test_base(
                 check=True,
                 capture_output=True,
             )
+        local = _docker("image", "inspect", "--format", "{{.Id}}", CUDA_BASE)
         remote = f"{local_registry}/{CUDA_BASE}"
-        _docker("tag", CUDA_BASE, remote)
-        _docker("push", "--quiet", remote)
-        resp = requests.head(
-            f"http://{local_registry}/v2/{CUDA_BASE.split(':')[0]}/manifests/{CUDA_BASE.split(':')[1]}",
-            headers={"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json"},
-            timeout=30,
-        )
-        resp.raise_for_status()
-        return f"{remote}@{resp.headers['Docker-Content-Digest']}"
+        pinned = _registry_index_digest(local_registry)
+        # every worker reaches here: push only what the registry lacks (a second push of the
+        # same index is no test of anything, and one such push once failed late in a CI run)
+        if pinned != local:
+            _docker("tag", CUDA_BASE, remote)
+            _docker("push", "--quiet", remote)
+            pinned = _registry_index_digest(local_registry)
+        assert pinned, f"the loopback registry {local_registry} holds no {CUDA_BASE} after its push"
+        return f"{remote}@{pinned}"
+
+
+def _registry_index_digest(registry: str) -> str | None:
+    """The digest the loopback registry answers for the CUDA test base's tag, or None."""
+    name, tag = CUDA_BASE.split(":")
+    resp = requests.head(
+        f"http://{registry}/v2/{name}/manifests/{tag}",
+        headers={"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json"},
+        timeout=30,
+    )
+    if resp.status_code == 404:
+        return None
+    resp.raise_for_status()
+    return resp.headers["Docker-Content-Digest"]
 
 
 @pytest.fixture(scope="session")
