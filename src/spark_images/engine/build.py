@@ -315,27 +315,25 @@ def load_oci(archive: Path, name: str, digest: str) -> str:
     """Load an OCI archive into the engine as `name`; return the local reference.
 
     Skipped when `name` already is that digest (a no-change rebuild). With the
-    containerd image store the loaded image's ID is the manifest digest, which
-    is checked, so the local image is exactly what was built. The reference
-    returned is also tagged with the digest (`REPO:sha256-HEX`): the next build
-    of the profile moves `name`, never that tag, so a record's local image
-    stays the image it describes.
+    containerd image store the loaded image's ID is the manifest digest, so the
+    image is looked up by that ID, not by `name`: two builds of one profile that
+    load at once both move `name`, and the last one wins it, but each finds its
+    own image. The reference returned tags that image with the digest
+    (`REPO:sha256-HEX`): the next build of the profile moves `name`, never that
+    tag, so a record's local image stays the image it describes.
     """
     pinned = f"{name.rpartition(':')[0]}:{digest.replace(':', '-')}"
-    if local_image_id(name) == digest:
-        client().image.tag(name, pinned)
-        return pinned
     docker = client()
-    try:
-        docker.image.load(str(archive), quiet=True)
-    except DockerException as exc:
-        raise EnvironmentProblem(f"docker load {archive} failed: {exc.stderr or exc}") from exc
-    loaded = local_image_id(name)
-    if loaded != digest:
-        raise EnvironmentProblem(
-            f"docker load gave {name} the ID {loaded}, not the built digest {digest} "
-            "(turn on the containerd image store: /etc/docker/daemon.json "
-            '{"features":{"containerd-snapshotter":true}})'
-        )
-    docker.image.tag(name, pinned)
+    if local_image_id(name) != digest:
+        try:
+            docker.image.load(str(archive), quiet=True)
+        except DockerException as exc:
+            raise EnvironmentProblem(f"docker load {archive} failed: {exc.stderr or exc}") from exc
+        if local_image_id(digest) != digest:
+            raise EnvironmentProblem(
+                f"docker load of {archive} left no image with the ID {digest} (the built digest; "
+                f"{name} is {local_image_id(name)}): turn on the containerd image store: "
+                '/etc/docker/daemon.json {"features":{"containerd-snapshotter":true}}'
+            )
+    docker.image.tag(digest, pinned)
     return pinned
