@@ -45,12 +45,12 @@ def _libc_memmem() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
 
 
 _MEMMEM = _libc_memmem()
-_GET_BUFFER = ctypes.pythonapi.PyObject_GetBuffer
-_GET_BUFFER.argtypes = [ctypes.py_object, ctypes.POINTER(_Py_buffer), ctypes.c_int]
-_GET_BUFFER.restype = ctypes.c_int
-_RELEASE_BUFFER = ctypes.pythonapi.PyBuffer_Release
-_RELEASE_BUFFER.argtypes = [ctypes.POINTER(_Py_buffer)]
-_RELEASE_BUFFER.restype = None
+# Function objects of our own, from prototypes: `ctypes.pythonapi.NAME` is one object per
+# process, whose argtypes any other importer (or a second copy of this module) may replace
+_GET_BUFFER = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_Py_buffer), ctypes.c_int)(
+    ("PyObject_GetBuffer", ctypes.pythonapi)
+)
+_RELEASE_BUFFER = ctypes.PYFUNCTYPE(None, ctypes.POINTER(_Py_buffer))(("PyBuffer_Release", ctypes.pythonapi))
 
 
 class Searcher:
@@ -83,11 +83,10 @@ class Searcher:
             self._view = None
 
     def find(self, needle: bytes, start: int, stop: int) -> int:
-        size = len(self.data)
-        start, stop = max(start, 0), min(stop, size)
         if self._view is None:  # set only where memmem exists
             return self.data.find(needle, start, stop)
+        start, stop, _ = slice(start, stop).indices(len(self.data))  # negative ones count from the end
         if stop - start < len(needle) or not needle:
-            return -1 if needle else start
+            return -1 if needle or start > stop else start
         hit = _MEMMEM(self._base + start, stop - start, needle, len(needle))
         return -1 if hit is None else int(hit) - self._base
