@@ -27,6 +27,7 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from spark_images import check, cubins
 from spark_images.readers.common import READER_SWITCH_INTERVAL
@@ -34,8 +35,8 @@ from spark_images.readers.common import READER_SWITCH_INTERVAL
 GLOBS = ("vllm/_C*.so",)
 
 
-def plain_read(archive: Path) -> int:
-    """Bytes of every layer, decompressed and discarded."""
+def plain_read(archive: Path, gzip_module: Any = zlib) -> int:
+    """Bytes of every layer, decompressed and discarded (gzip by `gzip_module`: zlib, or isal_zlib)."""
     total = 0
     with tarfile.open(archive, "r:") as tar:
         index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
@@ -51,7 +52,7 @@ def plain_read(archive: Path) -> int:
                 while chunk := reader.read(1 << 20):
                     total += len(chunk)
                 continue
-            inflater = zlib.decompressobj(wbits=47)
+            inflater = gzip_module.decompressobj(47)
             while chunk := blob.read(1 << 20):
                 total += len(inflater.decompress(chunk))
     return total

@@ -24,7 +24,6 @@ import mmap
 import operator
 import struct
 import tarfile
-import zlib
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -36,6 +35,7 @@ from spark_images.readers.common import (
     Member,
     Readable,
     ShortRead,
+    SpoolArena,
     Want,
     close_quietly,
     exceeds_size,
@@ -43,7 +43,7 @@ from spark_images.readers.common import (
     release_pages,
     run_ahead,
 )
-from spark_images.readers.streams import ForwardStream, LayerError, Opener, inflated
+from spark_images.readers.streams import INFLATE_ERRORS, ForwardStream, LayerError, Opener, inflated
 
 # pax / GNU long-name headers are a few hundred bytes in real layers
 MAX_EXTENDED = 1 << 20
@@ -319,8 +319,9 @@ def _walk(stream: ForwardStream) -> Iterator[_Entry]:
 
 
 def layer_members(
-    stream: ForwardStream, overlay: Overlay, want: Want, label: str, spool_over: int | None = None
-) -> Iterator[Member]:
+    stream: ForwardStream, overlay: Overlay, want: Want, label: str, spool_over: int | None = None,
+    arena: SpoolArena | None = None,
+) -> Iterator[Member]:  # fmt: skip
     """The visible wanted members of one layer; updates `overlay` when the layer ends.
 
     Every entry goes into this layer's seen and hidden sets, visible or not: a path
@@ -348,7 +349,7 @@ def layer_members(
             if not want(name) or not overlay.visible(name):
                 continue
             if kind in tarfile.REGULAR_TYPES:
-                member = _regular(stream, entry, name, spool_over)
+                member = _regular(stream, entry, name, spool_over, arena)
                 keep = member.data is not None and kept.offer(name, member.data)
                 try:
                     yield member
@@ -381,14 +382,14 @@ def _data(tar: tarfile.TarFile, stream: ForwardStream, info: tarfile.TarInfo) ->
     return stream
 
 
-def _regular(stream: ForwardStream, entry: _Entry, name: str, spool_over: int | None) -> Member:
+def _regular(stream: ForwardStream, entry: _Entry, name: str, spool_over: int | None, arena: SpoolArena | None) -> Member:
     """A regular member's bytes, read from the layer stream where the walk left it (at its data)."""
     if entry.sparse:
         return Member(name, None, "a sparse file in the layer: not read (image builders write none)")
     if entry.size > MAX_MEMBER:
         return Member(name, None, exceeds_size(entry.size))
     try:
-        return Member(name, read_exact(stream, entry.size, name, spool_over, framed=True))
+        return Member(name, read_exact(stream, entry.size, name, spool_over, framed=True, arena=arena))
     except ShortRead as exc:
         raise LayerError(f"tar stream ends inside {name} ({exc})") from exc
 
@@ -408,17 +409,19 @@ def read_layers(layers: list[tuple[str, Opener]], want: Want, where: str, spool_
     members are parsed."""
     overlay = Overlay()
     top_first = list(reversed(layers))
-    # zlib, zstd, sha256 and file reads release the GIL: decompression runs in a thread ahead of
+    # ISA-L, zstd, sha256 and file reads release the GIL: decompression runs in a thread ahead of
     # the tar parsing, spooling and scanning done here, so the two overlap
     chunks = run_ahead(_inflated_layers(top_first), weigh=len, budget=AHEAD_BYTES)
+    arena = SpoolArena()  # the spooled members of every layer reuse its pages
     try:
         for digest, _open in top_first:
             stream = ForwardStream(_one_layer(chunks))
             with _unreadable_as_usage(where, digest):
-                yield from layer_members(stream, overlay, want, f"layer {digest}", spool_over)
+                yield from layer_members(stream, overlay, want, f"layer {digest}", spool_over, arena)
                 stream.drain()
     finally:
         chunks.close()
+        arena.close()
 
 
 def _inflated_layers(layers: list[tuple[str, Opener]]) -> Iterator[bytes]:
@@ -440,7 +443,7 @@ def _unreadable_as_usage(where: str, digest: str) -> Iterator[None]:
     """A broken layer (tar, gzip, zstd or a cap) is one line naming the target and the layer."""
     try:
         yield
-    except (LayerError, tarfile.TarError, zlib.error, ValueError, EOFError) as exc:
+    except (LayerError, tarfile.TarError, *INFLATE_ERRORS, ValueError, EOFError) as exc:
         raise UsageError(f"{where}: layer {digest} is unreadable ({exc})") from exc
     except Exception as exc:
         if exc.__class__.__name__ == "ZstdError":

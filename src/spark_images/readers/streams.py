@@ -16,6 +16,10 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
+# ISA-L's inflate, zlib's API: 2.4x less CPU than zlib on layer bytes (0.40 against 1.0 s
+# for 300 MiB of shared libraries), and inflation is the largest share of an image scan
+from isal import isal_zlib
+
 from spark_images.core.errors import UsageError
 from spark_images.readers.common import READ_CHUNK, mib, run_ahead
 
@@ -24,6 +28,8 @@ Opener = Callable[[], Iterable[bytes]]
 LAYER_RATIO = 200
 LAYER_RATIO_FLOOR = 256 << 20
 LAYER_MAX = 64 << 30
+# what a broken gzip stream raises: ISA-L's own error, and zlib's for an early end
+INFLATE_ERRORS = (isal_zlib.error, zlib.error)
 
 
 class LayerError(ValueError):
@@ -191,11 +197,11 @@ class Decompressed:
         self._buf = b""
         self._pos = 0
         self.produced = 0
-        self._gz: zlib._Decompress | None = None  # type: ignore[name-defined]
+        self._gz: isal_zlib.Decompress | None = None
         self._zstd: BinaryIO | None = None
         self._gz_input = b""
         if head[:2] == b"\x1f\x8b":
-            self._gz = zlib.decompressobj(31)
+            self._gz = isal_zlib.decompressobj(31)
             self.mode = "gzip"
         elif head == b"\x28\xb5\x2f\xfd":
             import zstandard
@@ -223,7 +229,7 @@ class Decompressed:
             if self._gz.eof and self._gz.unused_data:
                 # another gzip member follows (or trailing bytes, which the next member rejects)
                 self._gz_input = self._gz.unused_data
-                self._gz = zlib.decompressobj(31)
+                self._gz = isal_zlib.decompressobj(31)
             if out:
                 return out
 

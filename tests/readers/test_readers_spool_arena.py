@@ -1,0 +1,76 @@
+"""The spool arena: spooled members reuse one memfd's pages, and no member ever sees another's bytes."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import mmap
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from oci_blobs import digest_of
+from oci_blobs import layer_tar as layer
+from spark_images.readers import artifacts
+from spark_images.readers.common import ArenaMap, SpoolArena, spool
+
+PAGE = mmap.ALLOCATIONGRANULARITY
+
+
+def test_a_closed_members_region_is_reused_and_a_held_one_is_not() -> None:
+    with SpoolArena() as arena:
+        first = spool(io.BytesIO(b"a" * 3 * PAGE), 3 * PAGE, "first", arena=arena)
+        assert isinstance(first, ArenaMap) and arena.size == 3 * PAGE
+        view = memoryview(first)
+        with pytest.raises(BufferError):
+            first.close()  # a view is alive: the region stays taken
+        second = spool(io.BytesIO(b"b" * PAGE), PAGE, "second", arena=arena)
+        assert arena.size == 4 * PAGE and bytes(view[:4]) == b"aaaa"  # grown, not reused
+        view.release()
+        first.close()
+        third = spool(io.BytesIO(b"c" * 2 * PAGE + b"c"), 2 * PAGE + 1, "third", arena=arena)
+        assert arena.size == 4 * PAGE, "the first member's closed region holds the third"
+        assert third[:] == b"c" * (2 * PAGE + 1) and second[:] == b"b" * PAGE
+        for data in (second, third):
+            data.close()
+        assert arena.free == [(0, 4 * PAGE)], "holes beside each other merge"
+
+
+def test_past_its_limit_a_member_gets_fresh_memory(tmp_path: Path) -> None:
+    with SpoolArena(limit=2 * PAGE) as arena:
+        data = spool(io.BytesIO(b"x" * 3 * PAGE), 3 * PAGE, "big", arena=arena)
+        assert not isinstance(data, ArenaMap) and data[:] == b"x" * 3 * PAGE and arena.size == 0
+
+
+def test_a_short_member_hands_its_region_back() -> None:
+    with SpoolArena() as arena:
+        with pytest.raises(ValueError, match="before its declared size"):
+            spool(io.BytesIO(b"x" * 10), 2 * PAGE, "short", arena=arena)
+        assert arena.free == [(0, 2 * PAGE)]
+
+
+def test_every_spooled_member_of_an_image_reads_as_itself(tmp_path: Path) -> None:
+    """Members of several sizes over three layers, each one's bytes its own, checked as it is met,
+    with hard links answered from members kept while later ones reuse the closed regions."""
+    files = [{f"lib/{n}-{i}.so": os.urandom(size) for i, size in enumerate((3 * PAGE + 5, PAGE, 7 * PAGE, 2 * PAGE + 1))}
+             for n in ("low", "mid", "top")]  # fmt: skip
+    files[1]["lib/alias.so"] = "lib/mid-2.so"  # a hard link, answered from a kept member
+    blobs = [gzip.compress(layer(f)) for f in files]
+    names = [f"blobs/sha256/{digest_of(b)[7:]}" for b in blobs]
+    path = tmp_path / "image.tar"
+    with tarfile.open(path, "w") as tar:
+        for name, data in {"manifest.json": json.dumps([{"Layers": names}]).encode(), **dict(zip(names, blobs, strict=True))}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    expected = {k: v for f in files for k, v in f.items() if isinstance(v, bytes)}
+    expected["lib/alias.so"] = expected["lib/mid-2.so"]
+    seen = {}
+    for member in artifacts.iter_members(str(path), lambda p: p.endswith(".so"), spool_over=0):
+        assert member.data is not None, member.error
+        assert isinstance(member.data, ArenaMap)
+        seen[member.path] = bytes(member.data[:])
+    assert seen == expected
