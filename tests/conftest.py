@@ -179,3 +179,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         kind = kind_of(item)
         if not item.get_closest_marker(kind):
             item.add_marker(kind)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    """A command run with check=True and captured output fails with its stderr in the report:
+    CalledProcessError's message names the command and its exit code only, and the cause of a
+    fixture's failed `docker push` late in a CI run was lost that way."""
+    report: pytest.TestReport = yield
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(exc, subprocess.CalledProcessError) and exc.stderr:
+        err = exc.stderr if isinstance(exc.stderr, str) else exc.stderr.decode("utf-8", "replace")
+        report.sections.append(("stderr of the failed command", err[-4000:]))
+    return report
