@@ -160,6 +160,8 @@ INTEGRATION_PATHS = (
     "coherence/test_coherence_real_behaviour.py", "coherence/test_coherence_local_selection.py",
     "coherence/test_coherence_recipe_serve.py",
 )
+
+
 def kind_of(item: pytest.Item) -> str:
     """`unit` or `integration`: a mark the test sets itself, else what it needs."""
     own = [m.name for m in item.iter_markers() if m.name in ("unit", "integration")]

@@ -60,6 +60,7 @@ def cuda_test_base(
         probe = subprocess.run(
             ["docker", "image", "inspect", "--format", "{{.Id}}", CUDA_BASE], capture_output=True, text=True
         )
+        local = probe.stdout.strip()
         if probe.returncode != 0:
             ctx = tmp_path_factory.mktemp("cuda-base")
             shutil.copy(_download(NVCC_WHEEL_URL, NVCC_WHEEL_SHA256, CACHE / NVCC_WHEEL), ctx / "nvcc.whl")
@@ -80,7 +81,7 @@ def cuda_test_base(
                 check=True,
                 capture_output=True,
             )
-        local = _docker("image", "inspect", "--format", "{{.Id}}", CUDA_BASE)
+            local = _docker("image", "inspect", "--format", "{{.Id}}", CUDA_BASE)
         remote = f"{local_registry}/{CUDA_BASE}"
         pinned = _registry_index_digest(local_registry)
         # every worker reaches here: push only what the registry lacks (a second push of the

@@ -145,3 +145,30 @@ def test_the_archive_buildx_writes(docker_engine: None, tmp_path: Path) -> None:
     assert report.verdict == "partial" and report.missing_required == []
     digest = artifacts.image_digest(str(dest))
     assert digest is not None and digest.startswith("sha256:")
+
+
+def _broken_gzip_layers() -> dict[str, bytes]:
+    good = gzip.compress(layer({"usr/lib/libsm121a.so": LIB121}), 6)
+    bad_crc = bytearray(good)
+    bad_crc[-8] ^= 0xFF  # the trailer's CRC-32 of the inflated bytes
+    bad_block = bytearray(good)
+    bad_block[10] ^= 0xFF  # the first byte of the deflate stream: its block header
+    return {"bad CRC": bytes(bad_crc), "bad deflate block": bytes(bad_block), "cut short": good[: len(good) // 2]}
+
+
+@pytest.mark.parametrize("case", sorted(_broken_gzip_layers()))
+def test_a_broken_gzip_layer_with_a_true_digest_is_one_clear_line(case: str, tmp_path: Path) -> None:
+    """The layer's digest matches its bytes, so only the inflater can tell: ISA-L's own error
+    (and zlib's, for a stream that ends early) must come out as one line naming the layer, exit 2."""
+    blob = _broken_gzip_layers()[case]
+    names = [f"blobs/sha256/{digest_of(blob)[7:]}"]
+    path = tmp_path / "image.tar"
+    write_tar(path, {"manifest.json": json.dumps([{"Layers": names}]).encode(), names[0]: blob})
+    proc = subprocess.run(
+        [sys.executable, "-m", "spark_images", "cubins", str(path)], capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unreadable" in lines[0] and digest_of(blob) in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr

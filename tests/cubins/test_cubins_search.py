@@ -22,8 +22,13 @@ def _buffer(rng: random.Random, size: int, hits: list[int]) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.parametrize("through", ["memmem", "fallback"])
 @pytest.mark.parametrize("seed", range(6))
-def test_find_agrees_with_bytes_find_on_bytes_and_mmap(seed: int, tmp_path: Path) -> None:
+def test_find_agrees_with_bytes_find_on_bytes_and_mmap(
+    seed: int, through: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if through == "fallback":
+        monkeypatch.setattr(search, "_MEMMEM", None)  # as where libc has no memmem
     rng = random.Random(seed)
     size = rng.choice([64, 4096, 1 << 20])
     hits = [*sorted(rng.sample(range(0, size - len(NEEDLE)), 5)), 0, size - len(NEEDLE)]
@@ -38,7 +43,8 @@ def test_find_agrees_with_bytes_find_on_bytes_and_mmap(seed: int, tmp_path: Path
                 for start in edges:
                     for stop in (size, start + 8, start + 9, start + 100, start - 1):
                         assert searcher.find(NEEDLE, start, stop) == data.find(NEEDLE, start, stop), (start, stop)
-                assert searcher.find(b"", 5, 4) == data.find(b"", 5, 4)
+                for start, stop in ((5, 4), (0, size), (size, size), (size + 10, size + 20), (-3, size)):
+                    assert searcher.find(b"", start, stop) == data.find(b"", start, stop), (start, stop)
 
 
 def test_memmem_is_what_answers_here() -> None:

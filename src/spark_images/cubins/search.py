@@ -83,10 +83,17 @@ class Searcher:
             self._view = None
 
     def find(self, needle: bytes, start: int, stop: int) -> int:
+        # bounds as bytes.find takes them (CPython's ADJUST_INDICES): negative ones count from the
+        # end, the stop is cut at the size, a start past it stays (mmap.find answers an empty needle
+        # there with the size, bytes.find with -1)
+        size = len(self.data)
+        start = max(start + size, 0) if start < 0 else start
+        stop = max(stop + size, 0) if stop < 0 else min(stop, size)
+        if stop - start < len(needle):
+            return -1
+        if not needle:
+            return start
         if self._view is None:  # set only where memmem exists
             return self.data.find(needle, start, stop)
-        start, stop, _ = slice(start, stop).indices(len(self.data))  # negative ones count from the end
-        if stop - start < len(needle) or not needle:
-            return -1 if needle or start > stop else start
         hit = _MEMMEM(self._base + start, stop - start, needle, len(needle))
         return -1 if hit is None else int(hit) - self._base

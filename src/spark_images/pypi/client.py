@@ -13,6 +13,7 @@ Index pages are read with a size cap and an overall deadline (`registry.http`),
 and downloads stop at their declared size and hash as they stream. Which file
 of an index page is the wheel is decided by `wheels`, which does no I/O.
 """
+
 from __future__ import annotations
 
 import errno
