@@ -39,6 +39,27 @@ def test_a_closed_members_region_is_reused_and_a_held_one_is_not() -> None:
         assert arena.free == [(0, 4 * PAGE)], "holes beside each other merge"
 
 
+def test_a_hole_at_the_end_grows_by_what_it_lacks() -> None:
+    """A member larger than the last one freed takes that region and only the difference is new;
+    a hole with a taken region after it is never grown into it."""
+    with SpoolArena(limit=6 * PAGE) as arena:
+        low = spool(io.BytesIO(b"a" * PAGE), PAGE, "low", arena=arena)
+        mid = spool(io.BytesIO(b"b" * 2 * PAGE), 2 * PAGE, "mid", arena=arena)
+        mid.close()
+        big = spool(io.BytesIO(b"c" * 3 * PAGE), 3 * PAGE, "big", arena=arena)
+        assert arena.size == 4 * PAGE and arena.free == [], "the end hole of 2 pages grew by 1"
+        assert big[:] == b"c" * 3 * PAGE and low[:] == b"a" * PAGE
+        low.close()
+        wide = spool(io.BytesIO(b"d" * 2 * PAGE), 2 * PAGE, "wide", arena=arena)
+        assert arena.size == 6 * PAGE and arena.free == [(0, PAGE)], "the first hole is not at the end"
+        assert big[:] == b"c" * 3 * PAGE and wide[:] == b"d" * 2 * PAGE
+        wide.close()
+        over = spool(io.BytesIO(b"e" * 3 * PAGE), 3 * PAGE, "over", arena=arena)
+        assert not isinstance(over, ArenaMap) and arena.size == 6 * PAGE, "grown past its limit: fresh memory"
+        for data in (big, over):
+            data.close()
+
+
 def test_past_its_limit_a_member_gets_fresh_memory(tmp_path: Path) -> None:
     with SpoolArena(limit=2 * PAGE) as arena:
         data = spool(io.BytesIO(b"x" * 3 * PAGE), 3 * PAGE, "big", arena=arena)

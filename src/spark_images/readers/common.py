@@ -173,6 +173,13 @@ class SpoolArena:
                 else:
                     self.free[i] = (offset + length, hole - length)
                 return offset
+        if self.free and sum(self.free[-1]) == self.size and self.free[-1][0] + length <= self.limit:
+            # a hole at the end, too short: grown by what it lacks, so a member larger than the
+            # last one freed reuses all of its pages and only the difference is fresh
+            offset, _hole = self.free.pop()
+            os.ftruncate(self.fd, offset + length)  # type: ignore[arg-type]
+            self.size = offset + length
+            return offset
         return None
 
     def give_back(self, region: tuple[int, int]) -> None:

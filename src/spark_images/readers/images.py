@@ -11,9 +11,11 @@ against their digests as they stream.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -22,6 +24,7 @@ from typing import IO, Any
 
 from spark_images.core.errors import UsageError
 from spark_images.readers.common import Member, Progress, Want
+from spark_images.readers.digests import SideDigests
 from spark_images.readers.layers import read_layers
 from spark_images.readers.streams import Opener, verified
 
@@ -44,6 +47,24 @@ def _file_chunks(path: Path, offset: int, size: int, progress: Progress) -> Iter
             left -= len(chunk)
             progress.advance(len(chunk))
             yield chunk
+
+
+def _fd_chunks(fd: int, offset: int, size: int, progress: Progress, where: str) -> Iterator[bytes]:
+    """`_file_chunks` from an open file: a descriptor of its own (so closing the archive's
+    never pulls the file from under a reader thread), read at offsets (so none share a position)."""
+    own = os.dup(fd)
+    try:
+        left = size
+        while left > 0:
+            chunk = os.pread(own, min(LAYER_READ, left), offset)
+            if not chunk:
+                raise UsageError(f"{where}: archive ends inside a layer")
+            offset += len(chunk)
+            left -= len(chunk)
+            progress.advance(len(chunk))
+            yield chunk
+    finally:
+        os.close(own)
 
 
 class ImageArchive:
@@ -199,12 +220,40 @@ class ImageArchive:
             total += member.size
 
             def opener(m: tarfile.TarInfo = member, d: str = digest) -> Iterable[bytes]:
-                chunks = _file_chunks(self.path, m.offset_data, m.size, progress)
-                return verified(chunks, d, self.where) if d.startswith("sha256:") else chunks
+                return verified(_file_chunks(self.path, m.offset_data, m.size, progress), d, self.where)
 
             out.append((digest, opener))
         progress.start(f"{self.where}: reading {len(out)} layers", total)
         return out
+
+    @contextlib.contextmanager
+    def walk_layers(self, progress: Progress) -> Iterator[list[tuple[str, Opener]]]:
+        """The layers as `layers()` gives them, for `read_layers`: read from one open file, their
+        digests hashed beside the walk, top first as it reads them (`digests.SideDigests`)."""
+        _digest, layers = self.image()
+        blobs = []
+        for digest, name in layers:
+            member = self.members.get(name)
+            if member is None:
+                raise UsageError(f"{self.where}: layer {digest} is missing from the archive")
+            blobs.append((digest, member.offset_data, member.size))
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise UsageError(f"{self.where}: cannot be read ({exc.strerror})") from exc
+        try:
+            with SideDigests(fd, reversed(blobs), self.where) as side:
+                out: list[tuple[str, Opener]] = []
+                for digest, offset, size in blobs:
+
+                    def opener(d: str = digest, at: int = offset, n: int = size) -> Iterable[bytes]:
+                        return side.checked(_fd_chunks(fd, at, n, progress, self.where), d)
+
+                    out.append((digest, opener))
+                progress.start(f"{self.where}: reading {len(out)} layers", sum(size for _d, _o, size in blobs))
+                yield out
+        finally:
+            os.close(fd)
 
 
 class _Window(io.RawIOBase):
@@ -257,7 +306,8 @@ def archive_members(
     path: Path, want: Want, progress: Progress, spool_over: int | None = None, where: str | None = None
 ) -> Iterator[Member]:
     archive = ImageArchive(path, where)
-    yield from read_layers(archive.layers(progress), want, archive.where, spool_over)
+    with archive.walk_layers(progress) as layers:
+        yield from read_layers(layers, want, archive.where, spool_over)
     progress.finish()
 
 

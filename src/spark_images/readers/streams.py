@@ -22,6 +22,7 @@ from isal import isal_zlib
 
 from spark_images.core.errors import UsageError
 from spark_images.readers.common import READ_CHUNK, mib, run_ahead
+from spark_images.readers.digests import ALGORITHMS
 
 Opener = Callable[[], Iterable[bytes]]
 # decompressed / compressed bytes of a whole layer; gzip tops out near 1030:1, zstd does not
@@ -274,7 +275,7 @@ def inflated(open_chunks: Opener) -> Iterator[bytes]:
 
 def verified(chunks: Iterable[bytes], digest: str, where: str) -> Iterator[bytes]:
     algo, _, hexd = digest.partition(":")
-    hasher = hashlib.sha256() if algo == "sha256" else None
+    hasher = hashlib.new(algo) if algo in ALGORITHMS else None
     for chunk in chunks:
         if hasher is not None:
             hasher.update(chunk)

@@ -1,0 +1,178 @@
+"""Layer digests hashed beside the walk: by a child process, or here when none can help.
+
+Every answer is held against hashlib on the same bytes; a blob that does not match
+its digest is one line, exit 2, whichever side hashed it; a child that dies leaves
+the rest to this process, not to a pass.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from oci_blobs import digest_of
+from oci_blobs import layer_tar as layer
+from spark_images.core.errors import UsageError
+from spark_images.readers import digests
+from spark_images.readers.blob_hash import hash_range
+from spark_images.readers.digests import SideDigests
+
+ORACLE_LIB = Path(__file__).resolve().parents[1] / "cubins" / "oracle" / "bin" / "lib"
+
+
+def _blobs(tmp_path: Path, sizes: list[int]) -> tuple[int, list[tuple[str, int, int]], bytes]:
+    """A file of random blobs back to back, opened; (fd, [(digest, offset, size)], its bytes)."""
+    data = os.urandom(sum(sizes) + 100)
+    path = tmp_path / "blobs.bin"
+    path.write_bytes(data)
+    out, at = [], 7
+    for size in sizes:
+        out.append(("sha256:" + hashlib.sha256(data[at : at + size]).hexdigest(), at, size))
+        at += size
+    return os.open(path, os.O_RDONLY), out, data
+
+
+@pytest.mark.parametrize("side_over", [0, 1 << 40], ids=["child", "here"])
+def test_every_digest_is_checked_against_the_bytes(tmp_path: Path, side_over: int) -> None:
+    fd, blobs, _data = _blobs(tmp_path, [5, (1 << 20) + 3, 3 << 20, 0])
+    try:
+        with SideDigests(fd, blobs, "x.tar", side_over=side_over) as side:
+            assert (side.child is not None) == (side_over == 0)
+            for digest, _offset, _size in reversed(blobs):  # asked in another order than hashed
+                side.check(digest)
+            bad = "sha256:" + "0" * 64
+            side.jobs.append((bad, 0, 10))
+            side.order[bad] = len(side.jobs) - 1
+            with pytest.raises(
+                UsageError, match=r"^x.tar: layer sha256:0+ does not match its digest"
+            ):
+                side.check(bad)  # not among the child's jobs: hashed here, and refused
+    finally:
+        os.close(fd)
+
+
+def test_a_wrong_digest_is_refused_by_the_child(tmp_path: Path) -> None:
+    fd, blobs, _data = _blobs(tmp_path, [1 << 20, 2 << 20])
+    lying = [
+        (blobs[0][0], blobs[0][1] + 1, blobs[0][2]),
+        blobs[1],
+    ]  # the first blob read one byte off
+    try:
+        with SideDigests(fd, lying, "x.tar", side_over=0) as side:
+            assert side.child is not None
+            with pytest.raises(UsageError, match="does not match its digest"):
+                side.check(lying[0][0])
+            side.check(lying[1][0])
+            assert side.answers[0] != lying[0][0][7:] and side.answers[1] == lying[1][0][7:]
+    finally:
+        os.close(fd)
+
+
+def test_a_blob_past_the_end_of_the_file_is_refused(tmp_path: Path) -> None:
+    fd, blobs, data = _blobs(tmp_path, [1000])
+    try:
+        assert hash_range(fd, "sha256", len(data) - 10, 20) == "short"
+        past = [(blobs[0][0], len(data) - 10, 1000)]
+        for side_over in (0, 1 << 40):
+            with (
+                SideDigests(fd, past, "x.tar", side_over=side_over) as side,
+                pytest.raises(UsageError),
+            ):
+                side.check(past[0][0])
+    finally:
+        os.close(fd)
+
+
+def test_a_child_that_dies_leaves_the_rest_to_this_process(tmp_path: Path) -> None:
+    fd, blobs, _data = _blobs(tmp_path, [1 << 20] * 4)
+    try:
+        with SideDigests(fd, blobs, "x.tar", side_over=0) as side:
+            assert side.child is not None
+            side.check(blobs[0][0])
+            side.close()
+            # a child that dies before it answers the rest (killed, out of memory): a real
+            # process, so the pipe ends as it would, but one that surely answers nothing
+            # (the hasher itself may finish 4 MiB before a kill lands)
+            side.child = subprocess.Popen(
+                [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+                stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            for digest, _offset, _size in blobs[1:]:
+                side.check(digest)  # hashed here, never skipped
+            assert side.child is None, "a dead child is let go"
+            assert len(side.answers) == 1
+            wrong = "sha256:" + "1" * 64
+            side.jobs[2] = (wrong, *side.jobs[2][1:])
+            side.order[wrong] = 2
+            with pytest.raises(UsageError, match="does not match its digest"):
+                side.check(wrong)
+    finally:
+        os.close(fd)
+
+
+def test_the_hasher_runs_alone_on_the_standard_library(tmp_path: Path) -> None:
+    """The child's script runs isolated (-I -S, no site-packages): it must import nothing
+    of this package, and answer as `hash_range` does."""
+    fd, blobs, _data = _blobs(tmp_path, [3, 2 << 20])
+    try:
+        jobs = "".join(json.dumps(["sha256", offset, size]) + "\n" for _d, offset, size in blobs)
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", str(digests._HASHER), str(fd)], input=jobs, pass_fds=(fd,),
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        assert proc.stdout.split() == [digest[7:] for digest, _o, _s in blobs]
+        assert "spark_images" not in digests._HASHER.read_text().split('"""', 2)[2]
+    finally:
+        os.close(fd)
+
+
+def _archive(path: Path, blob: bytes, digest: str) -> None:
+    """A docker-save archive of one layer, stored under `digest` (its true one, or not)."""
+    name = f"blobs/sha256/{digest[7:]}"
+    with tarfile.open(path, "w") as tar:
+        for member, data in {
+            "manifest.json": json.dumps([{"Layers": [name]}]).encode(),
+            name: blob,
+        }.items():
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize("side_over", ["0", str(1 << 40)], ids=["child", "here"])
+def test_a_layer_that_is_not_what_its_digest_names_is_one_line(
+    tmp_path: Path, side_over: str
+) -> None:
+    """The CLI on an archive whose layer bytes were changed after its digest was taken:
+    refused, exit 2, one line naming the layer, whichever side hashed it; the same
+    archive with its true digest passes."""
+    lib = (ORACLE_LIB / "libsm121a.so").read_bytes()
+    blob = gzip.compress(layer({"usr/lib/libsm121a.so": lib}), 6, mtime=0)
+    changed = gzip.compress(layer({"usr/lib/libsm121a.so": lib + b"\0"}), 6, mtime=0)
+    run = [sys.executable, "-c", f"from spark_images.readers import digests; digests.SIDE_OVER = {side_over}; "
+           "from spark_images.cli import main; raise SystemExit(main())", "cubins"]  # fmt: skip
+    good, bad = tmp_path / "good.tar", tmp_path / "bad.tar"
+    _archive(good, blob, digest_of(blob))
+    _archive(bad, changed, digest_of(blob))
+    ok = subprocess.run(
+        [*run, str(good)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert ok.returncode == 0 and "native" in ok.stdout, ok.stdout + ok.stderr
+    proc = subprocess.run(
+        [*run, str(bad)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"layer {digest_of(blob)} does not match its digest" in lines[0], (
+        proc.stderr
+    )
+    assert "Traceback" not in proc.stderr
