@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "check"))
+sys.path[:0] = [str(ROOT / "tests" / "check"), str(ROOT / "tests")]  # the check fixtures, and the helpers they import
 
 import cubins as cubins_bench  # noqa: E402  (beside this script: baseline download, child runner)
 from conftest import FLASHINFER_A, VLLM_A, VLLM_B, build_and_push, fetch_wheel  # noqa: E402

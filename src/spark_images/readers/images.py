@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from spark_images.core.errors import UsageError
-from spark_images.readers.common import Member, Progress, Want
+from spark_images.readers.common import READ_CHUNK, Member, Progress, Want
 from spark_images.readers.digests import SideDigests
 from spark_images.readers.layers import read_layers
 from spark_images.readers.streams import Opener, verified
@@ -56,7 +56,7 @@ def _fd_chunks(fd: int, offset: int, size: int, progress: Progress, where: str) 
     try:
         left = size
         while left > 0:
-            chunk = os.pread(own, min(LAYER_READ, left), offset)
+            chunk = os.pread(own, min(READ_CHUNK, left), offset)
             if not chunk:
                 raise UsageError(f"{where}: archive ends inside a layer")
             offset += len(chunk)
@@ -307,7 +307,7 @@ def archive_members(
 ) -> Iterator[Member]:
     archive = ImageArchive(path, where)
     with archive.walk_layers(progress) as layers:
-        yield from read_layers(layers, want, archive.where, spool_over)
+        yield from read_layers(layers, want, archive.where, spool_over, local=True)
     progress.finish()
 
 

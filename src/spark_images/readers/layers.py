@@ -396,22 +396,26 @@ def _regular(stream: ForwardStream, entry: _Entry, name: str, spool_over: int | 
 
 # decompressed bytes that inflation may run ahead of the walk, across layers: the walk's work and
 # the inflater's differ from layer to layer (a layer of 40k small files is all tar headers, a
-# layer of model weights all inflation), and with a few chunks of slack one waited for the other
-AHEAD_BYTES = 256 << 20
+# layer of model weights all inflation), and with a few chunks of slack one waited for the other;
+# 64 MiB to 1 GiB all timed the same on the 2 GB archive of benchmarks/at_limit.py, so the least
+AHEAD_BYTES = 64 << 20
 _LAYER_END = b""  # what the inflating thread puts between two layers (a chunk is never empty)
 
 
-def read_layers(layers: list[tuple[str, Opener]], want: Want, where: str, spool_over: int | None = None) -> Iterator[Member]:
+def read_layers(
+    layers: list[tuple[str, Opener]], want: Want, where: str, spool_over: int | None = None, *, local: bool = False
+) -> Iterator[Member]:  # fmt: skip
     """Merge layers (given bottom first) into the visible files, reading top first.
 
     One thread inflates the layers one after another, up to AHEAD_BYTES ahead
     of the walk, so the next layer is already inflating while this one's last
-    members are parsed."""
+    members are parsed. `local`: the openers read a file on disk, in that thread
+    (`streams.inflated`)."""
     overlay = Overlay()
     top_first = list(reversed(layers))
     # ISA-L, zstd, sha256 and file reads release the GIL: decompression runs in a thread ahead of
     # the tar parsing, spooling and scanning done here, so the two overlap
-    chunks = run_ahead(_inflated_layers(top_first), weigh=len, budget=AHEAD_BYTES)
+    chunks = run_ahead(_inflated_layers(top_first, local), weigh=len, budget=AHEAD_BYTES)
     arena = SpoolArena()  # the spooled members of every layer reuse its pages
     try:
         for digest, _open in top_first:
@@ -424,9 +428,9 @@ def read_layers(layers: list[tuple[str, Opener]], want: Want, where: str, spool_
         arena.close()
 
 
-def _inflated_layers(layers: list[tuple[str, Opener]]) -> Iterator[bytes]:
+def _inflated_layers(layers: list[tuple[str, Opener]], local: bool) -> Iterator[bytes]:
     for _digest, open_chunks in layers:
-        yield from inflated(open_chunks)
+        yield from inflated(open_chunks, ahead=not local)
         yield _LAYER_END
 
 
