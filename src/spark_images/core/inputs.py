@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,10 @@ import yaml
 from spark_images.core.errors import Finding, Problem, SparkImagesError, UsageError
 
 MiB = 1024 * 1024
+# the one digest pattern (fullmatch): a sha256 as 64 lower-case hex digits, bare and as
+# an OCI digest; profiles, the lock, PyPI's hashes and image references all use these
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+DIGEST = re.compile(rf"sha256:{SHA256_HEX.pattern}")
 DEFAULT_LIMIT = 16 * MiB  # far above any profile, lock or record we write
 MAX_DEPTH = 64  # nesting of JSON/YAML documents; ours are at most ~6 deep
 

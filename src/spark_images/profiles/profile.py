@@ -34,7 +34,6 @@ from spark_images.profiles.values import (
     NAME,
     ONE_LINE,
     PYTHON_VERSION,
-    SHA256,
     STRATEGIES,
     VERSION,
     base_image_problem,
@@ -119,7 +118,7 @@ SPEC: dict[str, Field] = {
                 nullable=True,
                 children={
                     "url": Field(str, check=url_check, max_length=2048),
-                    "sha256": Field(str, doc="64 lower-case hex digits", pattern=SHA256.pattern, what="a sha256 (64 hex)"),
+                    "sha256": Field(str, doc="64 lower-case hex digits", pattern=inputs.SHA256_HEX.pattern, what="a sha256 (64 hex)"),
                 },
             ),
             "max_jobs": Field(int, check=between(1, 1024)),

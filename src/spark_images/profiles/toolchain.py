@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from spark_images.core.errors import Problem
+from spark_images.core.inputs import DIGEST
 from spark_images.profiles.profile import Profile
 from spark_images.profiles.values import HEX40, base_image_reference
 
@@ -155,7 +156,6 @@ REMOVED_ENV_VARS: dict[str, str] = {
 MIN_TORCH = (2, 7)
 
 _ARCH_TOKEN = re.compile(r"(\d+)\.(\d+)([af]?)(\+PTX)?")  # full match
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")  # full match
 # nvidia/cuda tags: VERSION-[cudnn-]FLAVOR-OS, e.g. 13.0.2-devel-ubuntu24.04; a bare VERSION
 # (a mirror's retag) still says which toolkit it holds, and has no devel flavor to show
 _CUDA_TAG = re.compile(r"(\d+\.\d+(?:\.\d+)?)(?:-([\w.-]+))?")
@@ -265,7 +265,7 @@ def _check_base(p: Profile, emit: Emit) -> Iterator[Problem]:
     ref = base_image_reference(image)
     if ref is None:  # the schema refuses it first; nothing to judge here
         return
-    if ref.digest is None or _DIGEST.fullmatch(ref.digest) is None:
+    if ref.digest is None or DIGEST.fullmatch(ref.digest) is None:
         yield emit("base-not-digest-pinned", "cuda.base_image", image=image)
     if ref.tag is None or ref.tag == "latest":
         yield emit("base-latest", "cuda.base_image", image=image)

@@ -21,7 +21,6 @@ from spark_images.registry.reference import ImageReference, names_registry
 
 # Every pattern is used with re.fullmatch (a trailing newline never passes).
 HEX40 = re.compile(r"[0-9a-f]{40}\Z")  # \Z: callers that use .match() get a full match too
-SHA256 = re.compile(r"[0-9a-f]{64}")
 VERSION = re.compile(r"\d+(\.\d+)*([a-z0-9.+-]*)")
 # what NVIDIA numbers a toolkit with (nvidia/cuda tags, nvcc's "release X.Y"): no 4th part, no suffix
 CUDA_VERSION = re.compile(r"\d{1,3}\.\d{1,3}(?:\.\d{1,4})?")

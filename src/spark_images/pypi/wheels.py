@@ -14,6 +14,8 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from spark_images.core.inputs import SHA256_HEX
+
 _REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9.+!_-]+)\s*")
 
 
@@ -88,7 +90,7 @@ def pick_wheel(files: list[dict[str, Any]], name: str, version: str, arch: str =
         size, url = item.get("size"), item.get("url")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             continue
-        if not isinstance(sha256, str) or re.fullmatch(r"[0-9a-f]{64}", sha256) is None:
+        if not isinstance(sha256, str) or SHA256_HEX.fullmatch(sha256) is None:
             continue
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
             continue

@@ -20,13 +20,12 @@ import re
 from dataclasses import dataclass
 
 from spark_images.core.errors import UsageError
-from spark_images.core.inputs import short
+from spark_images.core.inputs import DIGEST, short
 
 _COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
 _DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _HOST = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9a-fA-F:.]+\])(?::[0-9]{{1,5}})?"
 TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 PATH = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 HOST = re.compile(_HOST)
 _REFERENCE = re.compile(

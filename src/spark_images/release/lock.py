@@ -156,7 +156,7 @@ def _rate(value: Any) -> str | None:
 _RECIPE = {
     "recipe": Field(str, pattern=profile_values.NAME.pattern.strip("^$"), what="a recipe name", doc="recipes/NAME.yaml"),
     "file": Field(str, required=False, max_length=1024, doc="the recipe file, e.g. recipes/gpt-oss-120b.yaml"),
-    "digest": Field(str, required=False, pattern=r"sha256:[0-9a-f]{64}", what="sha256:<64 hex>",
+    "digest": Field(str, required=False, pattern=inputs.DIGEST.pattern, what="sha256:<64 hex>",
                     doc="the digest it was served on (the entry's)"),
     "status": Field(str, enum=GATE_STATUSES, doc="passed, or skipped with the reason"),
     "decode_tok_s": Field((int, float), required=False, check=_rate, doc="the measured batch-1 decode tok/s"),
@@ -178,7 +178,7 @@ ENTRY_SPEC: dict[str, Field] = {
     "profile": _rebuilt("the profile file, e.g. profiles/cu130.yaml", max_length=1024),
     "image": _rebuilt("REPOSITORY@DIGEST", max_length=512),
     "repository": _rebuilt("HOST/NAME of the image", max_length=512),
-    "digest": Field(str, pattern=r"sha256:[0-9a-f]{64}", what="sha256:<64 hex>", doc="the manifest digest"),
+    "digest": Field(str, pattern=inputs.DIGEST.pattern, what="sha256:<64 hex>", doc="the manifest digest"),
     "vllm_commit": Field(str, pattern=HEX40.pattern.strip("^$"), what="a 40-hex commit", doc="the pinned vLLM commit"),
     "vllm_version": _rebuilt("the pinned vLLM version"),
     "cuda_version": _rebuilt("e.g. 13.0.2"),
