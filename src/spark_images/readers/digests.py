@@ -58,7 +58,7 @@ class SideDigests:
         # a digest listed twice (an empty layer, repeated) is answered by its first job
         self.order = {digest: n for n, (digest, _at, _size) in reversed(list(enumerate(self.jobs)))}
         self.answers: list[str] = []
-        self.lock = threading.Lock()  # each layer's reading thread asks in turn: keep it so
+        self.lock = threading.Lock()  # answers are read in order, whichever thread asks
         self.child: subprocess.Popen[str] | None = None
         if len(self.jobs) <= MAX_SIDE_JOBS and sum(size for _d, _o, size in self.jobs) >= side_over:
             self.child = _start_child(fd, self.jobs)

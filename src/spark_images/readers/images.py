@@ -37,26 +37,22 @@ _MAX_NESTING = 4
 
 
 def _file_chunks(path: Path, offset: int, size: int, progress: Progress) -> Iterator[bytes]:
-    with path.open("rb") as fh:
-        fh.seek(offset)
-        left = size
-        while left > 0:
-            chunk = fh.read(min(LAYER_READ, left))
-            if not chunk:
-                raise UsageError(f"{path}: archive ends inside a layer")
-            left -= len(chunk)
-            progress.advance(len(chunk))
-            yield chunk
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield from _fd_chunks(fd, offset, size, progress, str(path), LAYER_READ)
+    finally:
+        os.close(fd)
 
 
-def _fd_chunks(fd: int, offset: int, size: int, progress: Progress, where: str) -> Iterator[bytes]:
-    """`_file_chunks` from an open file: a descriptor of its own (so closing the archive's
-    never pulls the file from under a reader thread), read at offsets (so none share a position)."""
+def _fd_chunks(fd: int, offset: int, size: int, progress: Progress, where: str, read: int = READ_CHUNK) -> Iterator[bytes]:
+    """`size` bytes of an open file from `offset`, `read` at a time: through a descriptor of its
+    own (so closing the archive's never pulls the file from under a reader thread), read at
+    offsets (so none share a position)."""
     own = os.dup(fd)
     try:
         left = size
         while left > 0:
-            chunk = os.pread(own, min(READ_CHUNK, left), offset)
+            chunk = os.pread(own, min(read, left), offset)
             if not chunk:
                 raise UsageError(f"{where}: archive ends inside a layer")
             offset += len(chunk)
@@ -209,27 +205,8 @@ class ImageArchive:
             raise UsageError(f"{self.where}: blob {digest} is missing from the archive")
         return _Window(self.path, member.offset_data, member.size), member.size
 
-    def layers(self, progress: Progress) -> list[tuple[str, Opener]]:
-        _digest, layers = self.image()
-        out: list[tuple[str, Opener]] = []
-        total = 0
-        for digest, name in layers:
-            member = self.members.get(name)
-            if member is None:
-                raise UsageError(f"{self.where}: layer {digest} is missing from the archive")
-            total += member.size
-
-            def opener(m: tarfile.TarInfo = member, d: str = digest) -> Iterable[bytes]:
-                return verified(_file_chunks(self.path, m.offset_data, m.size, progress), d, self.where)
-
-            out.append((digest, opener))
-        progress.start(f"{self.where}: reading {len(out)} layers", total)
-        return out
-
-    @contextlib.contextmanager
-    def walk_layers(self, progress: Progress) -> Iterator[list[tuple[str, Opener]]]:
-        """The layers as `layers()` gives them, for `read_layers`: read from one open file, their
-        digests hashed beside the walk, top first as it reads them (`digests.SideDigests`)."""
+    def _layer_blobs(self) -> list[tuple[str, int, int]]:
+        """(digest, offset, size) of each layer blob of the image, bottom first."""
         _digest, layers = self.image()
         blobs = []
         for digest, name in layers:
@@ -237,6 +214,25 @@ class ImageArchive:
             if member is None:
                 raise UsageError(f"{self.where}: layer {digest} is missing from the archive")
             blobs.append((digest, member.offset_data, member.size))
+        return blobs
+
+    def layers(self, progress: Progress) -> list[tuple[str, Opener]]:
+        blobs = self._layer_blobs()
+        out: list[tuple[str, Opener]] = []
+        for digest, offset, size in blobs:
+
+            def opener(d: str = digest, at: int = offset, n: int = size) -> Iterable[bytes]:
+                return verified(_file_chunks(self.path, at, n, progress), d, self.where)
+
+            out.append((digest, opener))
+        progress.start(f"{self.where}: reading {len(out)} layers", sum(size for _d, _o, size in blobs))
+        return out
+
+    @contextlib.contextmanager
+    def walk_layers(self, progress: Progress) -> Iterator[list[tuple[str, Opener]]]:
+        """The layers as `layers()` gives them, for `read_layers`: read from one open file, their
+        digests hashed beside the walk, top first as it reads them (`digests.SideDigests`)."""
+        blobs = self._layer_blobs()
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
