@@ -2,6 +2,7 @@
 
     nox -s build-cu130      the main job: validate, audit, render, build, inspect, gate
     nox -s tests            the test suite (engine tests need .ci/engine-up.sh first)
+    nox -s tests -- -m unit the fast loop: tests/unit only (no engine, network, registry, nvcc, git history)
     nox -s acceptance       the main job on a local stand-in base (hosts that cannot pull nvidia/cuda)
     nox -s reprotest        two varied builds of the real plan must give one digest (long; not in CI)
 
@@ -46,7 +47,7 @@ def _build_wheel(session: nox.Session, work: Path) -> Path:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite on the installed wheel (pass pytest arguments after --)."""
+    """Run the test suite on the installed wheel (pass pytest arguments after --: `-m unit`, `tests/unit`)."""
     work = Path(tempfile.mkdtemp(prefix="spark-images-wheel-"))
     try:
         wheel = _build_wheel(session, work)
@@ -89,7 +90,7 @@ def golden(session: nox.Session) -> None:
     _install(session)
     for name in PROFILES:
         out = session.run("spark-images", "render", f"profiles/{name}.yaml", silent=True)
-        (ROOT / "tests" / "spine" / "golden" / f"{name}.Dockerfile").write_text(out)
+        (ROOT / "tests" / "data" / "spine" / "golden" / f"{name}.Dockerfile").write_text(out)
 
 
 def _build_session(profile: str) -> None:

@@ -1,4 +1,11 @@
-"""Shared fixtures: real engine, loopback registry, arm64 base image, nvcc.
+"""Shared fixtures: real engine, loopback registry, arm64 base image, nvcc; the two trees' marks.
+
+The folder decides a test's mark: `unit` for tests/unit, `integration` for
+tests/integration (`pytest -m unit`, or `pytest tests/unit`, is the fast loop).
+What a test needs is still read from pytest's own fixture closure and marks
+(environment_needs), and tests/integration/test_collection.py proves the two
+agree: no unit test reaches the engine, a registry, nvcc, PyPI or git history,
+and no integration test is there without needing one of them.
 
 Tests that need something this machine lacks are skipped with the reason.
 CI sets SPARK_IMAGES_REQUIRE (comma list of engine, registry, nvcc, network)
@@ -10,6 +17,7 @@ kind of its own that CI never requires, so those tests stay skips with the reaso
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,9 +26,17 @@ from pathlib import Path
 
 import pytest
 
-from cache_lock import TEST_CACHE, cache_lock
+from support.cache_lock import TEST_CACHE, cache_lock
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+# the fixtures of more than one folder (tests/support/__init__.py says why they live there)
+pytest_plugins = [
+    "support.build_fixtures",
+    "support.check_fixtures",
+    "support.coherence_fixtures",
+    "support.publish_fixtures",
+    "support.recipe_fixtures",
+]
 REGISTRY = os.environ.get("SPARK_IMAGES_TEST_REGISTRY", "127.0.0.1:5000")
 ARM64_BASE = "spark-images-test/base:bookworm-arm64"
 ROOTFS_TAR = TEST_CACHE / "rootfs-arm64.tar"
@@ -138,49 +154,48 @@ def vllm_history_reachable() -> None:
         unavailable("history", f"cannot reach {url} ({lines[-1]})")
 
 
-# What makes a test `integration` (else it is `unit`: no engine, network,
-# registry, nvcc or git history, seconds in all; `pytest -m unit`).
-# item.fixturenames is the whole closure, so a test that reaches one of these
-# through another fixture (make_project -> cuda_test_base -> local_registry) counts.
+# What an integration test needs, one of them at least (a unit test: none of them; no engine,
+# network, registry, nvcc or git history, seconds in all). item.fixturenames is the whole
+# closure, so a test that reaches one of these through another fixture
+# (make_project -> cuda_test_base -> local_registry) counts.
 ENVIRONMENT_FIXTURES = frozenset({
     "docker_engine", "local_registry", "nvcc", "pypi_reachable", "vllm_history_reachable",
-    # real git histories built with git fast-import (tests/audit/audit_histories.py)
+    # real git histories built with git fast-import (tests/support/audit_histories.py)
     "vllm_like", "vllm_index", "vllm_history",
 })  # fmt: skip
-ENVIRONMENT_MARKS = ("engine", "registry", "nvcc", "network", "history", "slow")
-# whole processes per test, seconds each: every hostile case is a CLI process
-# under a clock (~900 of them), the CLI contract runs the CLI per test (one of
-# them waits out a refused connection for ~20 s), the collection test runs
-# pytest itself over the whole tree, and the workflow tests run the CI's own
-# steps (ruff, actionlint, the plan CLI; one job takes ~50 s); the served-gate
-# tests run the coherence CLI against a stand-in vLLM process in real time
-# (rounds of streamed requests, and one model load of 45 s)
-INTEGRATION_PATHS = (
-    "hostile/", "spine/test_spine_cli_contract.py", "test_collection.py", "workflows/",
-    "coherence/test_coherence_real_behaviour.py", "coherence/test_coherence_local_selection.py",
-    "coherence/test_coherence_recipe_serve.py",
-)
+# `processes`: whole processes per test under a real clock, seconds each (pyproject.toml's markers)
+ENVIRONMENT_MARKS = ("engine", "registry", "nvcc", "network", "history", "slow", "processes")
+TREES = ("unit", "integration")
+# SPARK_IMAGES_COLLECTION_REPORT=FILE: the collection writes, per test, its tree and its needs
+# there (tests/integration/test_collection.py reads it from a --collect-only run)
+REPORT_ENV = "SPARK_IMAGES_COLLECTION_REPORT"
 
 
-def kind_of(item: pytest.Item) -> str:
-    """`unit` or `integration`: a mark the test sets itself, else what it needs."""
-    own = [m.name for m in item.iter_markers() if m.name in ("unit", "integration")]
-    if own:
-        return own[0]
-    where = item.path.relative_to(REPO_ROOT / "tests").as_posix()
-    needs = (
-        ENVIRONMENT_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-        or any(item.get_closest_marker(name) for name in ENVIRONMENT_MARKS)
-        or where.startswith(INTEGRATION_PATHS)
-    )
-    return "integration" if needs else "unit"
+def tree_of(item: pytest.Item) -> str | None:
+    """`unit` or `integration`: the folder under tests/ the test lies in (None elsewhere)."""
+    try:
+        top = item.path.relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return top if top in TREES else None
+
+
+def environment_needs(item: pytest.Item) -> list[str]:
+    """What the test needs of the environment: fixtures of its closure, then marks."""
+    fixtures = sorted(ENVIRONMENT_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+    marks = [f"mark:{name}" for name in ENVIRONMENT_MARKS if item.get_closest_marker(name)]
+    return fixtures + marks
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        kind = kind_of(item)
-        if not item.get_closest_marker(kind):
-            item.add_marker(kind)
+        tree = tree_of(item)
+        if tree is not None and not item.get_closest_marker(tree):
+            item.add_marker(tree)
+    report = os.environ.get(REPORT_ENV)
+    if report:
+        doc = {item.nodeid: {"tree": tree_of(item), "needs": environment_needs(item)} for item in items}
+        Path(report).write_text(json.dumps(doc, indent=0, sort_keys=True))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,15 +1,11 @@
 """The package as users get it: a wheel built from this checkout, installed non-editable.
 
-`nox -s tests` installs that wheel into its venv and runs the suite on it; the
-first test proves the suite really imports the installed copy, not src/.
-A developer run in the editable checkout declares itself with
-SPARK_IMAGES_EDITABLE=1 and that test is then skipped, with the reason.
-
-The wheel is also installed into a fresh, empty venv (its dependencies come
+The wheel is installed into a fresh, empty venv (its dependencies come
 from PyPI, as for a user) and each user command runs from a directory that is
 not the checkout: templates and fixes.yaml must come from the package data.
 One more venv holds an editable install (`pip install -e`), the developer's
-path, to show the checkout itself still renders.
+path, to show the checkout itself still renders. That the suite itself runs on
+the installed wheel under `nox -s tests` is tests/unit/test_installed.py.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,28 +22,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-import spark_images
+from support.paths import GOLDEN, ORACLE_BIN, REPO, SRC
 
-REPO = Path(__file__).resolve().parents[1]
-SRC = REPO / "src"
 PACKAGE = SRC / "spark_images"
-GOLDEN = REPO / "tests" / "spine" / "golden" / "cu130.Dockerfile"
-NATIVE_LIB = REPO / "tests" / "cubins" / "oracle" / "bin" / "lib" / "libsm121a.so"
-EDITABLE = "SPARK_IMAGES_EDITABLE"
+GOLDEN_CU130 = GOLDEN / "cu130.Dockerfile"
+NATIVE_LIB = ORACLE_BIN / "lib" / "libsm121a.so"
 # nox's tests session builds the wheel once and names it here
 WHEEL_ENV = "SPARK_IMAGES_TEST_WHEEL"
-
-
-def test_the_suite_runs_on_the_installed_package() -> None:
-    origin = Path(spark_images.__file__).resolve()
-    if os.environ.get(EDITABLE) == "1":
-        pytest.skip(f"{EDITABLE}=1: a developer run on the editable checkout ({origin})")
-    assert SRC not in origin.parents, (
-        f"spark_images was imported from the checkout ({origin}); the suite must run on the "
-        f"installed wheel: use `nox -s tests`, or set {EDITABLE}=1 for a developer run"
-    )
-    purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
-    assert purelib in origin.parents, f"spark_images at {origin}, not in this interpreter's {purelib}"
 
 
 @dataclass(frozen=True)
@@ -149,7 +129,7 @@ def test_the_fresh_venv_imports_its_own_copy(fresh_venv: Venv, elsewhere: Path) 
 def test_installed_render_equals_the_golden_dockerfile(fresh_venv: Venv, elsewhere: Path) -> None:
     proc = _checked(_run(["spark-images", "render", "profiles/cu130.yaml", "-o", "out"], cwd=elsewhere, env=fresh_venv.env(elsewhere)))
     assert "wrote out/Dockerfile" in proc.stdout + proc.stderr
-    assert (elsewhere / "out" / "Dockerfile").read_text() == GOLDEN.read_text()
+    assert (elsewhere / "out" / "Dockerfile").read_text() == GOLDEN_CU130.read_text()
     plan = json.loads((elsewhere / "out" / "plan.json").read_text())
     assert plan, "empty plan.json"
 
@@ -214,4 +194,4 @@ def test_editable_install_renders_from_the_checkout(pypi_reachable: None, tmp_pa
     proc = _checked(_run([str(venv.bin / "python"), "-c", "import spark_images; print(spark_images.__file__)"], cwd=work, env=env))
     assert SRC in Path(proc.stdout.strip()).resolve().parents
     _checked(_run(["spark-images", "render", "profiles/cu130.yaml", "-o", "out"], cwd=work, env=env))
-    assert (work / "out" / "Dockerfile").read_text() == GOLDEN.read_text()
+    assert (work / "out" / "Dockerfile").read_text() == GOLDEN_CU130.read_text()

@@ -1,4 +1,4 @@
-"""Fixtures of the build-line tests (helpers and the why: build_helpers.py)."""
+"""Fixtures of the build line, for the build, check and workflow tests (helpers and the why: build_helpers.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from build_helpers import (
+
+from support.build_helpers import (
     AMD64_ROOTFS,
     CACHE,
     CUDA_BASE,
@@ -32,9 +33,8 @@ from build_helpers import (
     requirements_lock,
     server_tls_context,
 )
-
-from cache_lock import cache_lock
-from loopback import Loopback
+from support.cache_lock import cache_lock
+from support.loopback import Loopback
 
 
 @pytest.fixture(scope="session")

@@ -31,13 +31,14 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:  # benchmarks import this file outside pytest
-    sys.path.insert(0, str(HERE.parent))
+TESTS = Path(__file__).resolve().parents[1]
+if str(TESTS) not in sys.path:  # benchmarks import this file outside pytest
+    sys.path.insert(0, str(TESTS))
 
-from cache_lock import cache_lock  # noqa: E402
+from support.cache_lock import cache_lock  # noqa: E402
+from support.paths import DATA as TEST_DATA  # noqa: E402
 
-DATA = HERE / "data"
+DATA = TEST_DATA / "build"
 CACHE = Path(os.environ.get("SPARK_IMAGES_CACHE", Path.home() / ".cache" / "spark-images"))
 NVCC_WHEEL = "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl"
 NVCC_WHEEL_URL = (
@@ -146,7 +147,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def compile_library(nvcc: str, arch_flags: list[str], out: Path) -> Path:
-    """A shared library made by the real nvcc from data/kernel.cu."""
+    """A shared library made by the real nvcc from tests/data/build/kernel.cu."""
     subprocess.run(
         [nvcc, "-shared", "-Xcompiler", "-fPIC", *arch_flags, "-o", str(out), str(DATA / "kernel.cu")],
         check=True,
@@ -191,7 +192,7 @@ def make_vllm_wheel(out_dir: Path, library: Path, commit: str, version: str = "0
     return path, digest
 
 
-TORCH_VERSION = "2.13.0"  # data/profile.yaml.in's torch.version
+TORCH_VERSION = "2.13.0"  # tests/data/build/profile.yaml.in's torch.version
 TORCH_LIBRARY = "torch/lib/libtorch_cuda.so"
 TORCH_WHEEL = f"torch-{TORCH_VERSION}-cp311-cp311-manylinux_2_28_aarch64.whl"
 
@@ -241,9 +242,9 @@ def make_torch_wheel(out_dir: Path, library: Path | None, cuda: str | None = "13
 
 
 def requirements_lock(torch_url: str, torch_sha256: str) -> str:
-    """data/test.requirements.lock plus the torch stand-in (`make_torch_wheel`) by URL and sha256."""
+    """tests/data/build/test.requirements.lock plus the torch stand-in (`make_torch_wheel`) by URL and sha256."""
     return (DATA / "test.requirements.lock").read_text() + (
-        "# torch: the test's stand-in wheel (tests/build/build_helpers.py make_torch_wheel),\n"
+        "# torch: the test's stand-in wheel (tests/support/build_helpers.py make_torch_wheel),\n"
         "# served by the test's wheel server\n"
         f"torch @ {torch_url} \\\n"
         f"    --hash=sha256:{torch_sha256}\n"

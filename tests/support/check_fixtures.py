@@ -1,9 +1,10 @@
-"""Fixtures of the check tests: three real vLLM images on the real engine and registry.
+"""Fixtures of the check tests (image_b serves the recipe tests too): three real vLLM images
+on the real engine and registry, and the PyPI wheels they are made of (`fetch_wheel`).
 
 (a) vllm 0.22.0 + flashinfer-python + the matching flashinfer-cubin, no nvcc;
 (b) vllm 0.33.0 + nvidia-cutlass-dsl 4.5.0, with VLLM_USE_FLASHINFER_MOE_FP4 set;
 (c) an image built by our own profile template through the build line
-    (the fixtures of tests/build, reused: the CUDA 13.0 test base with nvcc).
+    (the build line's fixtures, build_fixtures.py: the CUDA 13.0 test base with nvcc).
 
 (a) and (b) hold real PyPI wheels "installed" the way `pip install --no-deps`
 installs a pure wheel: the wheel's files land unchanged in site-packages.
@@ -15,13 +16,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
 import ssl
 import subprocess
-import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,31 +29,10 @@ from typing import Any
 import pytest
 import requests
 
-from loopback import Loopback
-
-HERE = Path(__file__).resolve().parent
-BUILD_TESTS = HERE.parent / "build"
-sys.path.insert(0, str(BUILD_TESTS))
-
-from build_helpers import CA_BUNDLE, LineProject, _QuietHandler  # noqa: E402
-
-from cache_lock import cache_lock, tag_lock  # noqa: E402  (tests/, put on sys.path by build_helpers)
-from spark_images import pypi  # noqa: E402
-
-
-def _load_build_fixtures() -> object:
-    """tests/build/conftest.py as a module, so its fixtures serve these tests too."""
-    spec = importlib.util.spec_from_file_location("build_line_fixtures", BUILD_TESTS / "conftest.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_build = _load_build_fixtures()
-cuda_test_base = _build.cuda_test_base  # type: ignore[attr-defined]
-wheel_server = _build.wheel_server  # type: ignore[attr-defined]
-make_project = _build.make_project  # type: ignore[attr-defined]
+from spark_images import pypi
+from support.build_helpers import CA_BUNDLE, LineProject, _QuietHandler
+from support.cache_lock import cache_lock, tag_lock
+from support.loopback import Loopback
 
 TEST_CACHE = Path(os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test"))
 WHEELS = TEST_CACHE / "wheels"
@@ -210,7 +188,7 @@ def https_wheels(wheel_server: Any, tmp_path_factory: pytest.TempPathFactory) ->
 def image_c(
     make_project: Callable[..., LineProject], wheel_server: Any, https_wheels: tuple[str, Path], local_registry: str
 ) -> tuple[str, str]:
-    """Built by `spark-images build` from tests/build/data/profile.yaml.in (our template)."""
+    """Built by `spark-images build` from tests/data/build/profile.yaml.in (our template)."""
     project = make_project("check-c", SM121)
     url, bundle = https_wheels
     for path in (project.profile, project.root / "profiles" / "test.requirements.lock"):  # vllm's URL, torch's

@@ -1,12 +1,13 @@
-"""Readers of the recorded real vLLM 0.26.0 behaviour in fixtures/vllm-0.26.0-h200 (see its README)."""
+"""Readers of the recorded real vLLM 0.26.0 behaviour in tests/data/coherence/vllm-0.26.0-h200 (see its README)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-CAPTURE = Path(__file__).resolve().parent / "fixtures" / "vllm-0.26.0-h200"
+from support.paths import DATA
+
+CAPTURE = DATA / "coherence" / "vllm-0.26.0-h200"
 
 
 def exchanges() -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-FAKE_PATH = Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"
+FAKE_PATH = Path(__file__).resolve().with_name("fake_vllm.py")
 
 
 def free_port() -> int:

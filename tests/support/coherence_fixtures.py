@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import pytest
-from coherence_fakes import FAKE_PATH, free_port
 
-from cache_lock import cache_lock
+from support.cache_lock import cache_lock
+from support.coherence_fakes import FAKE_PATH, free_port
 
 
 @pytest.fixture(scope="session")

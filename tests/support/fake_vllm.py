@@ -630,7 +630,7 @@ def crash(mode: str) -> None:
     raise SystemExit(1)
 
 
-# Recorded from real vLLM 0.26.0 (tests/coherence/fixtures/vllm-0.26.0-h200): argparse's
+# Recorded from real vLLM 0.26.0 (tests/data/coherence/vllm-0.26.0-h200): argparse's
 # choices for --moe-backend, and the config refusal of a --max-model-len above the model's.
 REAL_MOE_CHOICES = (
     "aiter", "auto", "cutlass", "deep_gemm", "deep_gemm_mega_moe", "emulation", "flashinfer_b12x",

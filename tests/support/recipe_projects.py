@@ -1,6 +1,7 @@
-"""A project folder whose shipped cu130 profile serves recipes: TMP/profiles/cu130.yaml
-(with its requirements lock) and TMP/recipes/NAME.yaml, for the tests of the recipe
-gate in tests/recipes and tests/coherence."""
+"""Project folders made from the shipped cu130 profile (TMP/profiles/cu130.yaml with its
+requirements lock): one whose profile serves recipes (and TMP/recipes/NAME.yaml), for
+the tests of the recipe gate in recipes/ and coherence/; one whose gate serves a
+one-combination matrix `rounds` times, for both halves of coherence/test_coherence_build_rounds."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
 
 
 def write_project(tmp: Path, coherence: Callable[[dict[str, Any]], None], recipes: dict[str, dict[str, Any]]) -> Path:
@@ -25,4 +26,18 @@ def write_project(tmp: Path, coherence: Callable[[dict[str, Any]], None], recipe
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     for name, body in recipes.items():
         (tmp / "recipes" / f"{name}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def rounds_profile(tmp: Path, rounds: int | None) -> Path:
+    """TMP/profiles/cu130.yaml: the shipped profile with a one-combination matrix, `rounds` set (or left out)."""
+    (tmp / "profiles").mkdir(parents=True)
+    shutil.copy(REPO / "profiles" / "cu130.requirements.lock", tmp / "profiles")
+    doc = yaml.safe_load((REPO / "profiles" / "cu130.yaml").read_text())
+    coherence: dict[str, Any] = {"models": ["org/m"], "moe_backends": ["marlin"], "kv_cache_dtypes": ["auto"]}
+    if rounds is not None:
+        coherence["rounds"] = rounds
+    doc["verify"]["coherence"] = coherence
+    path = tmp / "profiles" / "cu130.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
+
 RECIPES = REPO / "recipes"
 DELETE = object()  # write_recipe: drop the key
 

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from audit_histories import PYPI_RELEASES, VllmLike, build_vllm_like, fixture_knowledge, git
 from pypi_index import LocalIndex, serve
+
+from support.audit_histories import PYPI_RELEASES, VllmLike, build_vllm_like, fixture_knowledge, git
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +20,7 @@ def vllm_like(tmp_path_factory: pytest.TempPathFactory) -> VllmLike:
 @pytest.fixture(scope="session")
 def fixture_kb(vllm_like: VllmLike, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The knowledge base of the fixture history (see fixture_knowledge)."""
-    shipped = (Path(__file__).resolve().parents[2] / "src" / "spark_images" / "audit" / "fixes.yaml").read_text()
+    shipped = (Path(__file__).resolve().parents[3] / "src" / "spark_images" / "audit" / "fixes.yaml").read_text()
     path = tmp_path_factory.mktemp("kb") / "fixes.yaml"
     path.write_text(fixture_knowledge(vllm_like.path, shipped))
     return path

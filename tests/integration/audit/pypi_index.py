@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from loopback import Loopback
+from support.loopback import Loopback
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 

@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from audit_histories import (
+
+from spark_images.audit import check_required
+from spark_images.cli import main
+from spark_images.core.errors import EnvironmentProblem
+from support.audit_histories import (
     HistoryBuilder,
     VllmLike,
     backport_patch,
@@ -19,11 +23,7 @@ from audit_histories import (
     source_strategy,
 )
 
-from spark_images.audit import check_required
-from spark_images.cli import main
-from spark_images.core.errors import EnvironmentProblem
-
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from audit_histories import VllmLike, git, patch_id
 
 from spark_images.audit import Auditor, open_history, parse_knowledge
 from spark_images.audit.states import FixResult
+from support.audit_histories import VllmLike, git, patch_id
 
 SUBJECT = "[Kernel] Marlin MoE: include SM12.x in default arch list (#40923)"
 IDENT = ["-c", "user.name=Dev", "-c", "user.email=dev@example.invalid"]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from audit_histories import HistoryBuilder, VllmLike, filler_files, patch_id
 
 from spark_images.audit import parse_knowledge
 from spark_images.audit.discover import diff_evidence, findings, message_evidence, path_evidence
 from spark_images.cli import main
+from support.audit_histories import HistoryBuilder, VllmLike, filler_files, patch_id
 
 
 @pytest.fixture(scope="module")

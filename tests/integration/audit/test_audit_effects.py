@@ -8,7 +8,11 @@ arrives with #35568.
 
 from __future__ import annotations
 
-from audit_histories import (
+from spark_images.audit import Auditor, load_knowledge, open_history, parse_knowledge
+from spark_images.audit.knowledge import Marker
+from spark_images.audit.markers import candidates
+from spark_images.audit.states import AuditReport, FixResult
+from support.audit_histories import (
     COMMON_HPP,
     COMMON_HPP_NOW,
     FP8_DISPATCH,
@@ -17,11 +21,6 @@ from audit_histories import (
     git,
     pin_commits,
 )
-
-from spark_images.audit import Auditor, load_knowledge, open_history, parse_knowledge
-from spark_images.audit.knowledge import Marker
-from spark_images.audit.markers import candidates
-from spark_images.audit.states import AuditReport, FixResult
 
 
 def audit(repo: VllmLike, rev: str, prs: list[int], kb_text: str | None = None, required: tuple[int, ...] = ()) -> AuditReport:

@@ -13,11 +13,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from audit_histories import VllmLike
 from pypi_index import version_file
 
 from spark_images.audit.sources import decide_installed
 from spark_images.cli import main
+from support.audit_histories import VllmLike
 
 SITE = "usr/local/lib/python3.12/dist-packages"
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from audit_histories import VllmLike, backport_patch, git, pin_commits, source_strategy
 
 from spark_images.audit import check_required
 from spark_images.audit import git_parse as parse
 from spark_images.buildline.resolve import resolve_profile
 from spark_images.cli import main
 from spark_images.profiles.patches import PatchRef, patch_ref
+from support.audit_histories import VllmLike, backport_patch, git, pin_commits, source_strategy
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 MARLIN = "Backport-Of: vllm-project/vllm#40923\n\ndiff --git a/x b/x\n"
 
 

@@ -10,13 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
-from audit_histories import PYPI_RELEASES, VllmLike, git
 from pypi_index import LocalIndex, serve
 
 from spark_images.audit import Auditor, load_knowledge, open_history
 from spark_images.audit.firsts import Release, first_shipped, release_list
 from spark_images.audit.releases import parse_tag
 from spark_images.cli import main
+from support.audit_histories import PYPI_RELEASES, VllmLike, git
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict, str]:
@@ -164,7 +164,7 @@ def test_first_rc_is_never_later_than_first_release(vllm_like: VllmLike) -> None
 def test_monitor_lists_the_new_releases_to_audit(vllm_like: VllmLike, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     doc = yaml.safe_load((root / "profiles" / "cu130.yaml").read_text())
     doc["vllm"]["version"] = "0.22.0"
     profile = tmp_path / "cu130.yaml"

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from audit_histories import VllmLike, backport_patch, pin_commits
 
 from spark_images.audit import Auditor, open_history, parse_knowledge
 from spark_images.audit.knowledge import load_knowledge
 from spark_images.audit.states import AuditReport
+from support.audit_histories import VllmLike, backport_patch, pin_commits
 
 # A knowledge base for shapes the shipped one cannot express with its real PRs:
 # #70001's effect is a line in vllm/feature.py that #70002 later removes.

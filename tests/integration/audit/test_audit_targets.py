@@ -14,11 +14,11 @@ from typing import ClassVar
 
 import pypi_index
 import pytest
-from audit_histories import VllmLike
 from pypi_index import version_file
 
-from loopback import Loopback
 from spark_images.cli import main
+from support.audit_histories import VllmLike
+from support.loopback import Loopback
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from audit_histories import VllmLike, backport_patch, source_strategy
 
 from spark_images.cli import main
+from support.audit_histories import VllmLike, backport_patch, source_strategy
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 def _profile(tmp_path: Path, commit: str, required: list[int], patches: list[str] = (), *,

@@ -25,7 +25,15 @@ from typing import Any
 import pytest
 import requests
 import zstandard
-from build_helpers import CA_BUNDLE, CLI, TEST_EPOCH, LineProject, cli_env, ctrl_c_as_at_a_terminal
+
+from support.build_helpers import (
+    CA_BUNDLE,
+    CLI,
+    TEST_EPOCH,
+    LineProject,
+    cli_env,
+    ctrl_c_as_at_a_terminal,
+)
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.nvcc, pytest.mark.network, pytest.mark.slow]
 

@@ -1,7 +1,7 @@
 """One plan, one digest: what the audit found never reaches the image.
 
 The same profile is built twice with SOURCE_DATE_EPOCH fixed: once with a
-real vLLM-shaped git history (tests/audit/audit_histories.py, made with real
+real vLLM-shaped git history (tests/support/audit_histories.py, made with real
 git) given to the audit, once with no history at all. The audit finds many
 fixes in the first and none in the second; the digests must still be equal,
 because the labels come from the plan alone. What the audit found goes to the
@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from build_helpers import (
+
+from support.audit_histories import build_vllm_like, fixture_knowledge, git
+from support.build_helpers import (
     CA_BUNDLE,
     TEST_COMMIT,
     LineProject,
@@ -27,10 +28,7 @@ from build_helpers import (
     make_vllm_wheel,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audit"))
-from audit_histories import build_vllm_like, fixture_knowledge, git
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.nvcc, pytest.mark.network, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ import pytest
 
 from spark_images.buildline.resolve import resolve_profile
 
-PROFILES = sorted((Path(__file__).resolve().parents[2] / "profiles").glob("*.yaml"))
+PROFILES = sorted((Path(__file__).resolve().parents[3] / "profiles").glob("*.yaml"))
 
 
 @pytest.mark.history

@@ -111,7 +111,7 @@ def test_b_current_vllm_with_bad_cutlass_and_removed_env(checked: dict[str, Any]
 
 def test_c_built_by_our_template(checked: dict[str, Any]) -> None:
     doc = _same_everywhere(checked["c"])
-    # the test profile installs the CUDA torch stand-in (tests/build/build_helpers.make_torch_wheel):
+    # the test profile installs the CUDA torch stand-in (tests/support/build_helpers.make_torch_wheel):
     # torch is proven from its files, and only vLLM's MoE library is missing
     assert doc["verdict"] == "degraded" and checked["c"]["registry"][0] == 1
     assert keys(doc) == {"no-native-moe-kernels:vllm/_moe_C*.so"}

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_check_wheels import _conftest
+
+from support import check_fixtures
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
@@ -46,7 +47,7 @@ WHEEL_FILES = (
     ("nvidia-nvjitlink", "nvidia_nvjitlink-13.5.37-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl"),
 )
 PLATFORMS = ["manylinux_2_28_aarch64", *(f"manylinux_2_{n}_aarch64" for n in range(27, 16, -1)), "manylinux2014_aarch64"]
-SET_DIR = _conftest.TEST_CACHE / "check-real-set"
+SET_DIR = check_fixtures.TEST_CACHE / "check-real-set"
 CPU_FIX = ("cuda: Optional[str] = '13.0'", "cuda: Optional[str] = None")
 
 
@@ -68,7 +69,7 @@ def real_set(pypi_reachable: None) -> Path:
     done = SET_DIR / "site.complete"
     names = "\n".join(f for _p, f in WHEEL_FILES)
     if not (done.is_file() and done.read_text() == names):
-        wheels = [_conftest.fetch_file(project, filename) for project, filename in WHEEL_FILES]
+        wheels = [check_fixtures.fetch_file(project, filename) for project, filename in WHEEL_FILES]
         subprocess.run(["rm", "-rf", str(site), str(done)], check=True)
         _pip_target(site, wheels)
         done.write_text(names)

@@ -10,25 +10,7 @@ from typing import Any
 
 import pytest
 
-
-def _this_conftest() -> Any:
-    """tests/check/conftest.py as a module, also when tests/build's conftest was loaded after it
-    (one pytest run over both folders: `import conftest` then names tests/build's)."""
-    import importlib.util
-
-    path = Path(__file__).with_name("conftest.py")
-    loaded = sys.modules.get("conftest")
-    if loaded is not None and Path(getattr(loaded, "__file__", "")) == path:
-        return loaded
-    spec = importlib.util.spec_from_file_location("check_conftest", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_conftest = _this_conftest()
-FLASHINFER_A, VLLM_A, VLLM_B, fetch_wheel = _conftest.FLASHINFER_A, _conftest.VLLM_A, _conftest.VLLM_B, _conftest.fetch_wheel
+from support.check_fixtures import FLASHINFER_A, VLLM_A, VLLM_B, fetch_wheel
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cache_lock import cache_lock, tag_lock
+from support.cache_lock import cache_lock, tag_lock
 
 HERE = Path(__file__).resolve().parent
 RAY_VERSION = "2.60.0"  # PyPI's ray, the newest release with a cp311 manylinux x86_64 wheel

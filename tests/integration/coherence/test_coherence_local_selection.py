@@ -1,6 +1,6 @@
 """Local-process mode (`--serve`, `--recipe`) writes the `selected` entry container mode writes.
 
-The child is the stand-in server (tests/fakes/fake_vllm.py), started by the
+The child is the stand-in server (tests/support/fake_vllm.py), started by the
 gate from the `--serve` command line exactly as a pip-installed `vllm serve`
 would be: it opens its port after its start-up, answers the OpenAI API with
 vLLM's stream and `usage` shapes and exports vLLM's `/metrics` names, so the
@@ -19,9 +19,12 @@ import shlex
 import subprocess
 import sys
 
-from coherence_fakes import FAKE_PATH, free_port
+import pytest
 
 from spark_images.coherence import verdict
+from support.coherence_fakes import FAKE_PATH, free_port
+
+pytestmark = pytest.mark.processes  # the gate against a stand-in vLLM process, in real time
 
 FAST = {"FAKE_VLLM_TOKS_PER_S": "2000", "FAKE_VLLM_STARTUP_S": "0.4"}
 

@@ -1,6 +1,6 @@
 """The gate against real vLLM 0.26 behaviour: a long model load, refused flags, refused configs.
 
-The stand-in replays what was recorded from real vLLM (fixtures/vllm-0.26.0-h200):
+The stand-in replays what was recorded from real vLLM (tests/data/coherence/vllm-0.26.0-h200):
 the port closed for the whole load, argparse's exit with vLLM's choices, the
 max_model_len refusal. The simulated load is 45 s, as in "a server that comes up
 45 s after the gate starts is waited for and judged" (it costs one worker 45 s of
@@ -18,10 +18,13 @@ import subprocess
 import sys
 import time
 
-from captured import CAPTURE
-from coherence_fakes import FAKE_PATH, free_port
+import pytest
 
 from spark_images.coherence.refusal import refusal
+from support.coherence_captured import CAPTURE
+from support.coherence_fakes import FAKE_PATH, free_port
+
+pytestmark = pytest.mark.processes  # the gate against a stand-in vLLM process, in real time
 
 LOAD_S = float(os.environ.get("SPARK_IMAGES_TEST_LOAD_S", "45"))
 FAST = {"FAKE_VLLM_TOKS_PER_S": "2000", "FAKE_VLLM_STARTUP_S": "0.4"}
@@ -144,9 +147,8 @@ def test_the_recorded_refusals_read_as_findings() -> None:
 
 
 def test_two_token_events_real_and_replayed_are_counted_by_usage_not_by_events(run_fake) -> None:
-    from captured import stream_events
-
     from spark_images.coherence.client import OpenAIClient
+    from support.coherence_captured import stream_events
 
     real = [e for e in stream_events("speed_stream") if e.get("choices") and e["choices"][0].get("text")]
     assert len(real) < 256 and stream_events("speed_stream")[-1]["choices"] == []  # the usage event

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from recipe_projects import write_project
 from spark_images.buildline import serialise, steps
 from spark_images.buildline.stages import PASSED, SKIPPED, Audited, Built, ScanKey, Scanned
 from spark_images.coherence import GateOptions
@@ -29,10 +28,11 @@ from spark_images.engine.containers import leftover_containers
 from spark_images.recipes import gate
 from spark_images.recipes.serving import gate_recipes
 from spark_images.release import lock
+from support.recipe_projects import write_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 REV = "0123456789abcdef0123456789abcdef01234567"
 OPTS = GateOptions(
     health_timeout_s=60, health_poll_s=0.3, request_timeout_s=60, speed_tokens=32,

@@ -1,6 +1,6 @@
 """`coherence --recipe FILE`: a recipe's exact `vllm serve` command as the child, like --serve.
 
-The child is the stand-in server (tests/fakes/fake_vllm.py) behind a `vllm`
+The child is the stand-in server (tests/support/fake_vllm.py) behind a `vllm`
 on PATH, so the recipe's own argv (`vllm serve MODEL ARGS... limits`) is what
 starts, exactly as on a bare-metal Spark with a pip-installed vLLM. The
 recipe's serve.env reaches the child: the gate's own environment asks the
@@ -19,7 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from coherence_fakes import FAKE_PATH, free_port
+
+from support.coherence_fakes import FAKE_PATH, free_port
+
+pytestmark = pytest.mark.processes  # the gate against a stand-in vLLM process, in real time
 
 FAST = {"FAKE_VLLM_TOKS_PER_S": "2000", "FAKE_VLLM_STARTUP_S": "0.4", "FAKE_VLLM_MODE": "loop"}
 GGUF = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"

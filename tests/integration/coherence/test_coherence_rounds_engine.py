@@ -1,6 +1,6 @@
 """Rounds on the real engine: each combination served N times, A B A B ..., its speeds pooled.
 
-The image's `vllm` is the stand-in server (tests/fakes/fake_vllm.py), which
+The image's `vllm` is the stand-in server (tests/support/fake_vllm.py), which
 appends each start to a file on a bind mount (FAKE_VLLM_START_LOG): that file,
 written by the servers themselves, is the order the gate really started them
 in. Its speed can differ per start (`100/300`: 100 tok/s the first time, 300

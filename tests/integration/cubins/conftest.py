@@ -1,10 +1,10 @@
 """Fixtures of the cubin inspector tests: nvcc-compiled libraries, cached per session.
 
-`fixture_bins` runs tests/cubins/kernels/build.sh with the local nvcc once
+`fixture_bins` runs tests/data/cubins/kernels/build.sh with the local nvcc once
 and keeps the output under the test cache keyed by the nvcc version and a
 hash of the kernel sources and script, so a rerun costs nothing and a change
 to either rebuilds. `oracle_bins` are the committed binaries built by the
-same script on a machine with cuobjdump (see oracle/README.md).
+same script on a machine with cuobjdump (see tests/data/cubins/oracle/README.md).
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from cache_lock import cache_lock
+from support.cache_lock import cache_lock
+from support.paths import DATA, ORACLE
 
-HERE = Path(__file__).resolve().parent
-KERNELS = HERE / "kernels"
-ORACLE = HERE / "oracle"
+KERNELS = DATA / "cubins" / "kernels"
 TEST_CACHE = Path(
     os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test")
 )

@@ -136,7 +136,7 @@ def _site(tmp_path: Path, main_lib: Path, moe_lib: Path) -> Path:
 def test_profile_required_libraries_set_the_exit_code(
     fixture_bins: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    profile = Path(__file__).resolve().parents[2] / "profiles" / "cu130.yaml"
+    profile = Path(__file__).resolve().parents[3] / "profiles" / "cu130.yaml"
     if not profile.is_file():
         pytest.skip("profiles/cu130.yaml not in this tree")
     good = _site(tmp_path / "good", fixture_bins / "lib/libsm120f.so", fixture_bins / "lib/libsm121a.so")

@@ -5,18 +5,17 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from cache_lock import tag_lock
 from spark_images.cubins import CubinReport, scan_target
 from spark_images.readers import artifacts
 from spark_images.registry.client import RegistryClient
+from support.cache_lock import tag_lock
+from support.paths import ORACLE_BIN
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.slow]
 
-ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"
 SITE = "usr/local/lib/python3.11/dist-packages"
 
 DOCKERFILE = f"""FROM {{base}}

@@ -15,7 +15,7 @@ from typing import Any
 
 from servers import Req, Route
 
-from oci_blobs import OCI_INDEX, OCI_MANIFEST, digest_of, layer_tar
+from support.oci_blobs import OCI_INDEX, OCI_MANIFEST, digest_of, layer_tar
 
 
 def lock_entry(repository: str, digest: str, /, **over: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from loopback import Loopback
+from support.loopback import Loopback
 
 LIFETIME_S = 90.0
 

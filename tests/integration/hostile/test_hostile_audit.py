@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 from harness import assert_clean_failure, run_cli
 
-from loopback import Loopback
-from oci_blobs import layer_tar_gz
+from support.loopback import Loopback
+from support.oci_blobs import layer_tar_gz
+
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 

@@ -18,8 +18,10 @@ import pytest
 import requests
 from harness import assert_clean_failure, run_cli
 
-from loopback import Loopback
-from oci_blobs import OCI_MANIFEST, digest_of, layer_tar_gz
+from support.loopback import Loopback
+from support.oci_blobs import OCI_MANIFEST, digest_of, layer_tar_gz
+
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
 
 NO_HISTORY = {"SPARK_IMAGES_VLLM_GIT_URL": "file:///nonexistent-vllm-history"}
 

@@ -1,7 +1,7 @@
 """OpenAI-compatible servers that lie or stall, against the coherence gate.
 
 Two kinds of server:
-- the stand-in vLLM server (tests/fakes/fake_vllm.py) behind a loopback proxy
+- the stand-in vLLM server (tests/support/fake_vllm.py) behind a loopback proxy
   that rewrites `usage` in every answer and stream event: NaN, Infinity,
   10^12, negative, fractional, strings, lists, booleans. A coherent server
   with a lying token count must never be `passed` with a tok/s computed from
@@ -23,7 +23,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,8 +31,11 @@ from servers import Hostile, Req
 
 from spark_images.coherence import GateOptions, gate_endpoint
 from spark_images.core.errors import UsageError
+from support.coherence_fakes import FAKE_PATH
 
-FAKE = Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
+
+FAKE = FAKE_PATH
 MODEL = "test/model"
 
 

@@ -1,7 +1,7 @@
 """`spark-images cubins` on crafted device code, zip bombs and image archives.
 
 Every case is generated here from the nvcc-compiled oracle binaries
-(tests/cubins/oracle/bin) and run through the CLI as a fresh subprocess
+(tests/data/cubins/oracle/bin) and run through the CLI as a fresh subprocess
 (`harness.run_cli`): exit code, one line naming the file, wall time and peak
 RSS are all asserted. A verdict must come from the payload itself: a fatbin
 entry header that claims sm_121a proves nothing.
@@ -22,10 +22,13 @@ import pytest
 import zstandard
 from harness import Result, assert_clean_failure, run_cli
 
-from oci_blobs import digest_of, layer_tar
 from spark_images.cubins.fatbin import scan_binary
+from support.oci_blobs import digest_of, layer_tar
+from support.paths import ORACLE_BIN
 
-ORACLE = Path(__file__).resolve().parents[1] / "cubins" / "oracle" / "bin"
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
+
+ORACLE = ORACLE_BIN
 MAGIC = b"\x50\xed\x55\xba"
 FLAG_BASE = 0x1 | 0x10  # 64-bit, Linux host
 FLAG_LZ4, FLAG_ZSTD, FLAG_A, FLAG_F = 0x2000, 0x8000, 0x100000, 0x200000

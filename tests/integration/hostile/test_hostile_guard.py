@@ -24,6 +24,8 @@ from harness import assert_clean_failure, run_cli
 import spark_images.cli.validate as validate_cmd
 from spark_images.cli import main
 
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
+
 
 def _sh(command: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(["sh", "-c", command], cwd=cwd, capture_output=True, timeout=60,

@@ -1,6 +1,6 @@
 """Misbehaving registries and package indexes, driven through the CLI.
 
-Each case starts a loopback server (tests/hostile/servers.py) that misbehaves
+Each case starts a loopback server (tests/integration/hostile/servers.py) that misbehaves
 on one endpoint (manifest, token, layer blob, simple page, wheel) in one way
 (endless or dripping bodies, huge Content-Length, 429 storms, redirect loops,
 malformed or hostile JSON, lying sizes and hashes, tokens no header can
@@ -28,7 +28,9 @@ from harness import assert_clean_failure, run_cli, tree_digest
 from hostile_cases import BODY_CASES, Image, lock_entry, registry_cases, registry_route
 from servers import Hostile, Req, Route
 
-from oci_blobs import digest_of
+from support.oci_blobs import digest_of
+
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
 
 DEADLINE_S = "4"
 WALL_S = 30.0

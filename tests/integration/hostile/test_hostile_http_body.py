@@ -18,6 +18,8 @@ import requests
 
 from spark_images.registry import http
 
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
+
 
 @pytest.fixture()
 def drip_url() -> Iterator[str]:

@@ -26,6 +26,8 @@ from spark_images.registry import http
 from spark_images.registry.client import RegistryClient
 from spark_images.registry.manifests import RegistryError
 
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
+
 Serve = Callable[[socket.socket], None]
 
 

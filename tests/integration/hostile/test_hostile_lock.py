@@ -21,7 +21,9 @@ import pytest
 from harness import assert_clean_failure, run_cli
 from hostile_cases import lock_entry
 
-PROFILE = str(Path(__file__).resolve().parents[2] / "profiles" / "cu130.yaml")
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
+
+PROFILE = str(Path(__file__).resolve().parents[3] / "profiles" / "cu130.yaml")
 REPO = "127.0.0.1:9/spark-vllm"  # nothing listens: no case may get as far as a registry
 DIGEST = "sha256:" + "a" * 64
 WALL_S = 30.0

@@ -21,7 +21,9 @@ import pytest
 import yaml
 from harness import assert_clean_failure, run_cli, tree_digest
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
+
+REPO = Path(__file__).resolve().parents[3]
 BASE_DOC: dict[str, Any] = yaml.safe_load((REPO / "profiles" / "cu130.yaml").read_text())
 DIGEST = BASE_DOC["cuda"]["base_image"].split("@", 1)[1]
 COMMIT = BASE_DOC["vllm"]["commit"]

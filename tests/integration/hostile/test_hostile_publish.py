@@ -22,13 +22,15 @@ from harness import assert_clean_failure, run_cli, tree_digest
 from hostile_cases import BODY_CASES, Image, lock_entry, passed_combinations, token_cases
 from servers import Hostile, Req, Route
 
-from oci_blobs import OCI_MANIFEST, digest_of
+from support.oci_blobs import OCI_MANIFEST, digest_of
+
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
 
 IMAGE = Image()
 DIGEST = digest_of(IMAGE.manifest)
 NAME = "spark/img"
 WALL_S = 30.0
-PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+PROFILES = Path(__file__).resolve().parents[3] / "profiles"
 # the shipped cu130 profile's whole matrix (models x backends x KV dtypes), each measured
 COMBOS = passed_combinations(PROFILES / "cu130.yaml")
 

@@ -21,7 +21,9 @@ import yaml
 from harness import assert_clean_failure, run_cli
 from test_hostile_profiles import INJECTIONS, YAML_TEXTS
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
+
+REPO = Path(__file__).resolve().parents[3]
 BASE_DOC: dict[str, Any] = yaml.safe_load((REPO / "recipes" / "gpt-oss-120b.yaml").read_text())
 FAST_S = 20.0
 SMALL_MB = 256.0

@@ -29,7 +29,9 @@ from spark_images.buildline import render as render_mod
 from spark_images.buildline.resolve import resolve_profile
 from spark_images.core.errors import UsageError
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
+
+REPO = Path(__file__).resolve().parents[3]
 CU130: dict[str, Any] = yaml.safe_load((REPO / "profiles" / "cu130.yaml").read_text())
 CU129: dict[str, Any] = yaml.safe_load((REPO / "profiles" / "cu129.yaml").read_text())
 PATCH = "Backport-Of: vllm-project/vllm#40923\n\ndiff --git a/x b/x\n"

@@ -24,7 +24,7 @@ from spark_images.registry.tags import TagClient
 pytestmark = pytest.mark.registry
 
 # what `spark-images coherence --json` records for a combination that passed every check
-CU130 = Path(__file__).resolve().parents[2] / "profiles" / "cu130.yaml"
+CU130 = Path(__file__).resolve().parents[3] / "profiles" / "cu130.yaml"
 # every combination `plan` lists for cu130, passed and measured
 PASSED_COMBOS = [
     {"model": m, "moe_backend": moe, "linear_backend": lin, "kv_cache_dtype": kv, "status": "passed", "reasons": [],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from recipe_support import RECIPES, run_cli
+from support.recipe_support import RECIPES, run_cli
 
 
 def test_recipe_check_reads_an_image_by_reference(image_b: tuple[str, str]) -> None:

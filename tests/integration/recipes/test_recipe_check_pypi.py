@@ -4,6 +4,7 @@ The facts the check judges by come from the wheels' own files (arg_utils.py,
 cli_args.py, envs.py, kernel.py, cache.py, the quantization registry, and
 the cubin scan of `_C` / `_moe_C`); these tests name flags, variables and
 kernels that differ between the two releases as measured from those files.
+Its usage errors: tests/unit/recipes/test_recipe_check.py.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from recipe_support import RECIPES, run_cli, write_recipe
+
+from support.recipe_support import RECIPES, run_cli, write_recipe
 
 SUPER = "nemotron-3-super-120b-nvfp4"
 ONLY_022 = "--max-num-partial-prefills"  # SchedulerConfig field gone from 0.33.0's EngineArgs
@@ -125,12 +127,3 @@ def test_a_recipe_with_nothing_wrong_exits_0_and_prints_the_command(vllm_site: C
     assert rc == 0 and doc["verdict"] == "ok"
     assert doc["argv"][:3] == ["vllm", "serve", "openai/gpt-oss-120b"]
     assert "--revision" in doc["argv"] and "--max-model-len" in doc["argv"]
-
-
-def test_usage_errors_exit_2(tmp_path: Path) -> None:
-    proc = run_cli(["recipe", "check", str(RECIPES / "gpt-oss-120b.yaml"), "--image", str(tmp_path / "none")])
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    proc = run_cli(["recipe", "check", str(tmp_path / "none.yaml"), "--image", str(tmp_path)])
-    assert proc.returncode == 2 and "no such recipe file" in proc.stderr
-    proc = run_cli(["recipe", "check", str(RECIPES / "gpt-oss-120b.yaml")])
-    assert proc.returncode == 2

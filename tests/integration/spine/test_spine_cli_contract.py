@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.processes  # the CLI as a process per test (one waits out a refused connection)
+
+REPO = Path(__file__).resolve().parents[3]
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens on it here
 
 

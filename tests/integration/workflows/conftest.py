@@ -1,41 +1,18 @@
 """Fixtures of the workflow-steps tests: a repository to check out, a vLLM history, a test profile.
 
-The CUDA test base and the wheel server are the build-line tests' own fixtures
-(tests/build/conftest.py), loaded here rather than copied; the vLLM-shaped git
-history is tests/audit/audit_histories.py's.
+The CUDA test base and the wheel server are the build line's own fixtures
+(tests/support/build_fixtures.py, registered for every folder), not copied; the
+vLLM-shaped git history is tests/support/audit_histories.py's.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import uuid
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+from workflow_project import StandinProfile, VllmHistory, git
 
-TESTS = Path(__file__).resolve().parents[1]
-ROOT = TESTS.parent
-for folder in (TESTS / "build", TESTS / "audit", Path(__file__).resolve().parent):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-
-
-def _module(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_build = _module("build_line_fixtures", TESTS / "build" / "conftest.py")
-cuda_test_base = _build.cuda_test_base
-wheel_server = _build.wheel_server
-
-from audit_histories import build_vllm_like  # noqa: E402
-from workflow_project import StandinProfile, VllmHistory, git  # noqa: E402
+from support.audit_histories import build_vllm_like
 
 
 @pytest.fixture(scope="session")
@@ -51,20 +28,21 @@ def standin_profile(
     cuda_test_base: str, wheel_server: object, nvcc: str, local_registry: str, vllm_history: VllmHistory,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> StandinProfile:  # fmt: skip
-    """The build tests' profile (data/profile.yaml.in) for a wheel whose `vllm` is the stand-in server.
+    """The build tests' profile (tests/data/build/profile.yaml.in) for a wheel whose `vllm` is the stand-in server.
 
     Its library has real sm_121 code (the cubin gate passes), its commit is in
     `vllm_history` (the audit runs), its repository is new for each session so
     that the immutable tag publish creates is new too.
     """
-    from build_helpers import (
+    from standins import standin_vllm_wheel
+
+    from support.build_helpers import (
         DATA,
         compile_library,
         make_torch_wheel,
         make_vllm_wheel,
         requirements_lock,
     )
-    from standins import standin_vllm_wheel
 
     lib = compile_library(nvcc, ["-gencode=arch=compute_121a,code=sm_121a"],
                           tmp_path_factory.mktemp("wf-lib") / "_C.abi3.so")  # fmt: skip

@@ -10,7 +10,7 @@
   and `docker` is the real client with `--gpus VALUE` removed, because this
   engine has no NVIDIA runtime to hand a GPU to the container. Everything else
   (pull by digest, run, logs, ports, clean-up) is the real engine.
-- The image's `vllm`: the stand-in server of tests/fakes/fake_vllm.py, put
+- The image's `vllm`: the stand-in server of tests/support/fake_vllm.py, put
   into the test's vllm wheel as its `vllm` console script, so the gate serves
   the very digest the build pushed (see `standin_vllm_wheel`).
 """
@@ -22,7 +22,9 @@ import shutil
 import zipfile
 from pathlib import Path
 
-FAKE_VLLM = Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"
+from support.coherence_fakes import FAKE_PATH
+
+FAKE_VLLM = FAKE_PATH
 
 
 def _script(path: Path, text: str) -> None:
@@ -83,7 +85,7 @@ exec {docker} "${{args[@]}}"
 def standin_vllm_wheel(wheel: Path) -> tuple[Path, str]:
     """The wheel made by build_helpers.make_vllm_wheel plus the stand-in server as `vllm`.
 
-    Adds `vllm/_standin_server.py` (tests/fakes/fake_vllm.py and a console entry)
+    Adds `vllm/_standin_server.py` (tests/support/fake_vllm.py and a console entry)
     and `entry_points.txt`, rewrites RECORD, and writes the wheel in place of the
     original name's sibling. Returns (path, sha256).
     """
@@ -93,7 +95,7 @@ def standin_vllm_wheel(wheel: Path) -> tuple[Path, str]:
     server = FAKE_VLLM.read_bytes() + b"\n\ndef console() -> int:\n    return main(sys.argv[1:])\n"
     files["vllm/_standin_server.py"] = server
     files[f"{dist}/entry_points.txt"] = b"[console_scripts]\nvllm = vllm._standin_server:console\n"
-    from build_helpers import wheel_archive  # tests/build is on the path (conftest)
+    from support.build_helpers import wheel_archive
 
     data = wheel_archive(files, dist)
     digest = hashlib.sha256(data).hexdigest()

@@ -17,7 +17,9 @@ from spark_images.cli import build_parser
 from spark_images.cli.coherence import _matrix
 from spark_images.profiles.profile import DEFAULT_KV_CACHE_DTYPES, DEFAULT_MOE_BACKENDS
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.processes  # the CLI as a process per test, as the workflows' steps call it
+
+ROOT = Path(__file__).resolve().parents[3]
 CU130 = "profiles/cu130.yaml"
 CLI = "import sys; from spark_images.cli import main; sys.exit(main(sys.argv[1:]))"
 

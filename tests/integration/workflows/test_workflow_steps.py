@@ -9,7 +9,7 @@ reason; ci.yml's tests job is this suite itself.
 
 No DGX Spark exists here, so the publish pipeline's gate job runs on a stand-in
 Spark runner (standins.py): the real engine serves the very digest the build
-pushed, whose `vllm` is the stand-in server of tests/fakes/fake_vllm.py; only
+pushed, whose `vllm` is the stand-in server of tests/support/fake_vllm.py; only
 the GPU query and docker's `--gpus` are stood in for. A gate record made that
 way is good for nothing outside this test's throw-away registry repository.
 """
@@ -29,6 +29,10 @@ import yaml
 from standins import github_cli, spark_runner
 from steprunner import Run, Runner, run_workflow, step_name
 from workflow_project import ROOT, StandinProfile, VllmHistory, git, make_origin
+
+from support.paths import DATA
+
+pytestmark = pytest.mark.processes  # the CI's own steps as processes (ruff, actionlint, the CLI)
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 OIDC = "needs GitHub's OIDC token"
@@ -156,7 +160,7 @@ def test_publish_builds_gates_and_promotes_by_digest(
         ("publish-profile.yml", "gate", "Verify the signature before running the candidate"):
             "cosign verify: the keyless signature it checks is made by the build's OIDC step, skipped here",
     }  # fmt: skip
-    from build_helpers import CA_BUNDLE
+    from support.build_helpers import CA_BUNDLE
 
     env = runner_env(
         tmp_path,
@@ -233,14 +237,14 @@ def test_publish_builds_gates_and_promotes_by_digest(
 def test_upstream_monitor_audits_and_decides(
     tmp_path: Path, vllm_history: VllmHistory
 ) -> None:
-    text = (ROOT / "tests" / "build" / "data" / "profile.yaml.in").read_text()
+    text = (DATA / "build" / "profile.yaml.in").read_text()
     for key, value in {"@NAME@": "mon", "@COMMIT@": vllm_history.release_commit, "@REQUIRED@": "[]",
                        "@BASE@": "nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:" + "5" * 64,
                        "@WHEEL_URL@": "https://files.example.invalid/vllm.whl", "@WHEEL_SHA256@": "ab" * 32,
                        "@REGISTRY@": "ghcr.io"}.items():  # fmt: skip
         text = text.replace(key, value)
     origin = make_origin(tmp_path, {"mon.yaml": text, "test.requirements.lock": (
-        ROOT / "tests" / "build" / "data" / "test.requirements.lock").read_text()})
+        DATA / "build" / "test.requirements.lock").read_text()})
     gh = github_cli(tmp_path / "tools", tmp_path / "gh-log", vllm_history.release_tag)
     gitconfig = tmp_path / "gitconfig"
     # git's own URL rewriting: the workflow's clone of github.com reads the local history

@@ -1,6 +1,6 @@
 """Fast tests of the typed build line: gates, failure causes, candidate vs promoted, --push.
 
-The BuildKit outputs in data/buildkit/ are real: captured from `docker buildx
+The BuildKit outputs in tests/data/build/buildkit/ are real: captured from `docker buildx
 build --progress plain` on the local engine, with pip pointed at an index host
 that does not resolve (`nonexistent.invalid`) and at an HTTPS server with a
 self-signed certificate (what a TLS-intercepting proxy looks like to pip).
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from build_helpers import CLI, DATA
 
 from spark_images.buildline import gates, serialise, summary
 from spark_images.buildline.stages import (
@@ -33,10 +32,11 @@ from spark_images.core.errors import EXIT_FINDING, EXIT_USAGE
 from spark_images.engine import build as engine_build
 from spark_images.engine import failures
 from spark_images.release import lock
+from support.build_helpers import CLI, DATA
 
 DIGEST = "sha256:" + "ab" * 32
 COMMIT = "98dff2a81d747d1dba01a47f939f48c3526d4206"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _sample(name: str) -> list[str]:

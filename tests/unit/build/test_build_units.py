@@ -315,7 +315,7 @@ def test_requirements_locks_beside_the_profiles(tmp_path: Path) -> None:
     from spark_images.core.errors import Finding
     from spark_images.profiles import reqlock
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     text = (root / "profiles" / "cu130.requirements.lock").read_text()
     assert reqlock.usability_problem(text) == ""
     assert "torch==2.13.0 \\" in text and "--hash=sha256:" in text
@@ -371,7 +371,7 @@ def test_unreachable_registry_is_an_environment_problem_not_a_finding() -> None:
 def test_a_usage_error_in_a_stage_is_exit_2_not_a_finding(tmp_path: Path) -> None:
     # a --vllm-repo that does not exist is the caller's mistake (exit 2), not a
     # finding about the image (exit 1); the record still says which stage and why
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     opts = pipeline.BuildOptions(
         profile=root / "profiles" / "cu130.yaml", dry_run=True, vllm_repo=tmp_path / "missing",
         build_dir=tmp_path / "build", lock_path=tmp_path / "images.lock.json",

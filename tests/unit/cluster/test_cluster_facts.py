@@ -8,14 +8,14 @@ the worker stopped.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from spark_images.cluster import facts
 from spark_images.cluster.gate import cluster_record, publishable
 from spark_images.cluster.plan import plan_from_json
 from spark_images.cluster.ray_status import parse_ray_status
+from support import paths
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = paths.DATA / "cluster"
 A = "r@sha256:" + "a" * 64
 B = "r@sha256:" + "b" * 64
 

@@ -12,10 +12,11 @@ import pytest
 import yaml
 
 from spark_images.cluster.plan import plan_from_json
+from support import paths
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = Path(__file__).resolve().parent / "data"
-RECIPE = "tests/cluster/data/qwen3-235b-tp2.yaml"
+ROOT = Path(__file__).resolve().parents[3]
+DATA = paths.DATA / "cluster"
+RECIPE = "tests/data/cluster/qwen3-235b-tp2.yaml"
 IMAGE = "ghcr.io/spark-images/spark-vllm@sha256:5dc1bca23d05bd37b011be68ec470c03b403a5da07ec3a86e41af9470e9d0cc6"
 NODES = ["--node", "ssh://spark@spark1=169.254.10.1", "--node", "ssh://spark@spark2=169.254.10.2"]
 

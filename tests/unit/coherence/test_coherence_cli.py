@@ -12,8 +12,9 @@ import pytest
 from spark_images.buildline.record import BuildRecord
 from spark_images.cli import main
 from spark_images.coherence import gpu
+from support.coherence_fakes import FAKE_PATH
 
-FAKE = Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"
+FAKE = FAKE_PATH
 
 
 @pytest.fixture

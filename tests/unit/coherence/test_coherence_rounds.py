@@ -114,7 +114,7 @@ def test_gate_options_refuse_rounds_outside_one_to_twenty(value: object) -> None
     assert GateOptions().rounds == 1
 
 
-PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "cu130.yaml"
+PROFILE = Path(__file__).resolve().parents[3] / "profiles" / "cu130.yaml"
 
 
 def _profile(tmp_path: Path, rounds: object) -> Path:

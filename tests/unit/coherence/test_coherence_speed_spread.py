@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from captured import exchanges
-
 from spark_images.coherence import speed, verdict
+from support.coherence_captured import exchanges
 
 
 def _real_rates() -> list[float]:

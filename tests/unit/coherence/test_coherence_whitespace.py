@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from captured import stream_pieces
-
 from spark_images.coherence import probes, scoring
+from support.coherence_captured import stream_pieces
 
 
 def test_the_real_85_percent_whitespace_answer_fails_with_a_named_reason() -> None:

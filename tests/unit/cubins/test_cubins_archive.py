@@ -1,5 +1,7 @@
 """Image archives on disk: an OCI layout tar (what `buildx --output type=oci,dest=FILE`
-writes) and a docker-save tar, read in place by the one archive reader."""
+writes) and a docker-save tar, read in place by the one archive reader.
+
+The archive the real buildx writes: tests/integration/cubins/test_cubins_archive_engine.py."""
 
 from __future__ import annotations
 
@@ -14,12 +16,12 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from oci_blobs import digest_of
-from oci_blobs import layer_tar as layer
 from spark_images.cubins import scan_target
 from spark_images.readers import artifacts
+from support.oci_blobs import digest_of
+from support.oci_blobs import layer_tar as layer
+from support.paths import ORACLE_BIN
 
-ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"
 LIB121 = (ORACLE_BIN / "lib/libsm121a.so").read_bytes()
 LIB90 = (ORACLE_BIN / "lib/libsm90.so").read_bytes()
 OCI = "application/vnd.oci.image"
@@ -119,32 +121,6 @@ def test_a_plain_tar_is_not_an_image(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert str(path) in proc.stderr and "index.json" in proc.stderr and "Traceback" not in proc.stderr
-
-
-@pytest.mark.engine
-@pytest.mark.slow
-def test_the_archive_buildx_writes(docker_engine: None, tmp_path: Path) -> None:
-    """`buildx --output type=oci,dest=FILE` on the real engine, scanned in place."""
-    ctx = tmp_path / "ctx"
-    ctx.mkdir()
-    (ctx / "libsm121a.so").write_bytes(LIB121)
-    (ctx / "libsm90.so").write_bytes(LIB90)
-    (ctx / "Dockerfile").write_text(
-        "FROM scratch\nCOPY libsm121a.so /usr/lib/python3/dist-packages/vllm/_C.abi3.so\n"
-        "COPY libsm90.so /opt/x/libsm90.so\n"
-    )
-    dest = tmp_path / "image.oci.tar"
-    subprocess.run(
-        ["docker", "buildx", "build", "--platform", "linux/arm64", "--output", f"type=oci,dest={dest}", str(ctx)],
-        check=True, capture_output=True, timeout=600,
-    )
-    assert artifacts.target_kind(str(dest)) == artifacts.KIND_OCI_ARCHIVE
-    report = scan_target(str(dest), required=("vllm/_C*.so",))
-    libs = {lib.path: lib.verdict for lib in report.libraries}
-    assert libs == {"usr/lib/python3/dist-packages/vllm/_C.abi3.so": "native", "opt/x/libsm90.so": "missing"}
-    assert report.verdict == "partial" and report.missing_required == []
-    digest = artifacts.image_digest(str(dest))
-    assert digest is not None and digest.startswith("sha256:")
 
 
 def _broken_gzip_layers() -> dict[str, bytes]:

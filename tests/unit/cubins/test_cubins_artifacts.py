@@ -12,8 +12,7 @@ from spark_images.core.errors import UsageError
 from spark_images.cubins.fatbin import cubin_info
 from spark_images.cubins.scan import is_candidate
 from spark_images.readers import artifacts
-
-ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"
+from support.paths import ORACLE_BIN
 
 
 def test_target_kinds(tmp_path: Path) -> None:

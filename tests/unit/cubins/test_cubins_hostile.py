@@ -13,8 +13,7 @@ import pytest
 
 from spark_images.cubins import scan_target
 from spark_images.cubins.fatbin import FATBIN_MAGIC, scan_binary
-
-ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"
+from support.paths import ORACLE_BIN
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,6 @@
-"""The parser against NVIDIA's cuobjdump on the same binaries (tests/cubins/oracle).
+"""The parser against NVIDIA's cuobjdump on the same binaries (tests/data/cubins/oracle).
 
-The binaries in oracle/bin were compiled by kernels/build.sh and listed with
+The binaries in tests/data/cubins/oracle/bin were compiled by kernels/build.sh and listed with
 `cuobjdump --list-elf --list-ptx` and `--dump-resource-usage` on a machine
 with the CUDA 13.0 toolkit (oracle/README.md). cuobjdump drops the `f` of
 family cubins and does not list `__nv_relfatbin` by default, so entry counts,
@@ -11,13 +11,12 @@ order, kinds and SM numbers are compared with it, `a` suffixes too, and the
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from spark_images.cubins.fatbin import cubin_info, entry_kernels, scan_binary
+from support.paths import ORACLE
 
-ORACLE = Path(__file__).resolve().parent / "oracle"
 LISTINGS = ORACLE / "listings"
 
 # what build.sh asked nvcc for (sass targets, ptx targets), per file

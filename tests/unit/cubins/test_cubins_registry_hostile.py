@@ -16,18 +16,16 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 
 import pytest
 import zstandard
 
-from loopback import Loopback
-from oci_blobs import digest_of, layer_tar
 from spark_images.core.errors import SparkImagesError
 from spark_images.readers import artifacts
 from spark_images.registry.client import RegistryClient, RegistryError, parse_reference
-
-ORACLE_BIN = Path(__file__).resolve().parent / "oracle" / "bin"
+from support.loopback import Loopback
+from support.oci_blobs import digest_of, layer_tar
+from support.paths import ORACLE_BIN
 
 Route = Callable[[BaseHTTPRequestHandler], None]
 

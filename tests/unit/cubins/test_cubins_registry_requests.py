@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from loopback import Loopback
 from spark_images.registry.client import RegistryClient, RegistryError, is_loopback
 from spark_images.registry.reference import ImageReference
+from support.loopback import Loopback
 
 
 class PutServer:

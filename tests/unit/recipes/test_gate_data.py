@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from recipe_support import RECIPES, REPO, run_cli
 
 from spark_images.profiles.profile import parse_profile
 from spark_images.recipes import gate
 from spark_images.recipes.model import load_recipe
+from support.recipe_support import RECIPES, REPO, run_cli
 
 DIGEST = "sha256:" + "ab" * 32
 

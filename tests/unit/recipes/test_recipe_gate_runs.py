@@ -1,7 +1,7 @@
 """A profile's recipes in the build line: read and checked at validate, skipped (never passed) without a Spark.
 
 The served path (a recipe's exact command in a container, judged) runs against
-the stand-in vLLM image in tests/coherence/test_coherence_recipe_gate.py.
+the stand-in vLLM image in tests/integration/coherence/test_coherence_recipe_gate.py.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from recipe_support import REPO, run_cli, shipped
 
-from recipe_projects import write_project
 from spark_images.buildline import serialise, steps
 from spark_images.buildline.resolve import resolve_profile
 from spark_images.buildline.stages import SKIPPED, Audited, Built, ScanKey, Scanned
@@ -24,6 +22,8 @@ from spark_images.recipes import gate
 from spark_images.recipes.model import load_recipe
 from spark_images.release import lock
 from spark_images.release import publish as rules
+from support.recipe_projects import write_project
+from support.recipe_support import REPO, run_cli, shipped
 
 DIGEST = "sha256:" + "cd" * 32
 REV = "0123456789abcdef0123456789abcdef01234567"

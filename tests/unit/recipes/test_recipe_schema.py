@@ -1,6 +1,6 @@
 """`spark-images schema recipe`: the recipe JSON Schema, from the same Field tree `recipe validate` applies.
 
-Checked with tests/spine's checker of exactly the keywords the export emits:
+Checked with tests/unit/spine's checker of exactly the keywords the export emits:
 every shipped recipe is valid, and a schema-level mutation is refused by both.
 """
 
@@ -10,11 +10,12 @@ import importlib.util
 import json
 
 import yaml
-from recipe_support import RECIPES, REPO, run_cli
+
+from support.recipe_support import RECIPES, REPO, run_cli
 
 
 def _checker():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("spine_schema_checker", REPO / "tests" / "spine" / "test_spine_schema.py")
+    spec = importlib.util.spec_from_file_location("spine_schema_checker", REPO / "tests" / "unit" / "spine" / "test_spine_schema.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -15,7 +15,7 @@ from spark_images.buildline.resolve import resolve_profile
 from spark_images.core.errors import UsageError
 from spark_images.profiles import reqlock
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CU130 = REPO / "profiles" / "cu130.yaml"
 LOCK = REPO / "profiles" / "cu130.requirements.lock"
 _HASH = re.compile(r"sha256:[0-9a-f]{64}")

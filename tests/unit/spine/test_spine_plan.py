@@ -11,7 +11,7 @@ from spark_images.buildline.resolve import resolve_profile
 from spark_images.coherence import verdict
 from spark_images.profiles import profile as profiles
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))
 
 

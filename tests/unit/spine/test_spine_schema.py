@@ -22,7 +22,7 @@ import yaml
 
 from spark_images.profiles.profile import profile_json_schema
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))
 _TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
 _KNOWN = {"$schema", "$id", "title", "description", "default", "type", "enum", "pattern", "maxLength", "properties",

@@ -22,7 +22,7 @@ import yaml
 from spark_images.cli import main
 from spark_images.profiles.toolchain import rules_for
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHIPPED = sorted((REPO / "profiles").glob("*.yaml"))
 BASE_DOC: dict[str, Any] = yaml.safe_load((REPO / "profiles" / "cu130.yaml").read_text())
 CU129_DOC: dict[str, Any] = yaml.safe_load((REPO / "profiles" / "cu129.yaml").read_text())
@@ -178,7 +178,7 @@ def test_every_rule_has_a_broken_profile() -> None:
     covered = {expected for *_, expected in BROKEN + BROKEN_CU129}
     text_only = {"known-bad-pin": "NVIDIA/cutlass#3227", "vllm-commit-not-sha": "a short SHA",
                  "removed-env-var": "(warning, see test_removed_env_var_warns)"}
-    for rule_id in rules_for("profile"):  # image-only rules are proven on images (tests/check)
+    for rule_id in rules_for("profile"):  # image-only rules are proven on images (tests/integration/check)
         assert rule_id in covered or rule_id in text_only, f"rule {rule_id} has no broken profile"
 
 
