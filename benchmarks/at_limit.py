@@ -6,7 +6,7 @@ Generates once, deterministically (seeded; same bytes every time), under
 ~/.cache/spark-images-test/bench-at-limit (or --cache):
 - tree/: a site-packages-like directory of about --gib GiB: big shared
   libraries whose .nv_fatbin sections are the real fatbins of
-  tests/cubins/oracle (sm_121a, sm_120, sm_90, PTX-only, LZ4- and
+  tests/data/cubins/oracle (sm_121a, sm_120, sm_90, PTX-only, LZ4- and
   ZSTD-compressed, mixed), repeated in a seeded order to hundreds of MiB, with
   incompressible host code beside them (8% fatbins, ~10k entries in all); large non-ELF files (weights-like
   data, half incompressible, half compressible); thousands of Python sources
@@ -53,15 +53,15 @@ from pathlib import Path
 from types import ModuleType
 
 import build_scan  # beside this script
+import cubins as cubins_bench  # beside this script: the child runner
 from isal import isal_zlib
 
-import cubins as cubins_bench  # beside this script: the child runner
 from spark_images import check, cubins
 from spark_images.cubins import elf
 from spark_images.readers.common import READER_SWITCH_INTERVAL
 
 ROOT = Path(__file__).resolve().parents[1]
-ORACLE_LIB = ROOT / "tests" / "cubins" / "oracle" / "bin" / "lib"
+ORACLE_LIB = ROOT / "tests" / "data" / "cubins" / "oracle" / "bin" / "lib"
 SITE = "usr/local/lib/python3.12/dist-packages"
 MiB = 1 << 20
 SEED = 20261202

@@ -4,7 +4,7 @@ Run after .ci/engine-up.sh, from the repository root:
 
     .venv/bin/python benchmarks/build.py [--runs 3] [--repro]
 
-It sets up the test project of tests/build (the CUDA test base pinned in the
+It sets up the test project of the build tests (tests/support/build_helpers.py) (the CUDA test base pinned in the
 loopback registry, a small vLLM wheel served over HTTP), then measures, in
 this one process:
 - render: validate + plan + render of profiles/cu130.yaml and cu129.yaml;
@@ -28,12 +28,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "build"))
-
-import build_helpers as h  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))  # the test helpers, as `support.*`
 
 from spark_images.buildline import plan, render  # noqa: E402
 from spark_images.profiles import profile as profiles  # noqa: E402
+from support import build_helpers as h  # noqa: E402
 
 REGISTRY = os.environ.get("SPARK_IMAGES_TEST_REGISTRY", "127.0.0.1:5000")
 

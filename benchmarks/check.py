@@ -12,7 +12,7 @@ best of REPEAT alternating runs:
 
 Images (built and pushed to the loopback registry once, then reused), from
 real PyPI wheels laid into site-packages the way the check tests do it
-(tests/check/conftest.py builds them):
+(tests/support/check_fixtures.py builds them):
   A: vllm 0.22.0 + flashinfer-python + flashinfer-cubin 0.6.11.post2
   B: vllm 0.33.0 + the same FlashInfer pair
 The fix audit is left out (--no-audit): it reads git history, not the image.
@@ -28,10 +28,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "check"), str(ROOT / "tests")]  # the check fixtures, and the helpers they import
+sys.path.insert(0, str(ROOT / "tests"))  # the check fixtures and the helpers they import, as `support.*`
 
 import cubins as cubins_bench  # noqa: E402  (beside this script: baseline download, child runner)
-from conftest import FLASHINFER_A, VLLM_A, VLLM_B, build_and_push, fetch_wheel  # noqa: E402
+
+from support.check_fixtures import FLASHINFER_A, VLLM_A, VLLM_B, build_and_push, fetch_wheel  # noqa: E402
 
 BASE = "spark-images-test/base:bookworm-arm64"  # tests/conftest.py's arm64_base (made there)
 

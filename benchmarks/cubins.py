@@ -13,7 +13,7 @@ Two measurements, each a ratio against a baseline run in the same process
             processes so that peak RSS is the child's own. Target <= 1.3,
             peak RSS of the scan <= 512 MiB. Two images: FILLER MiB of
             incompressible data in 3 layers plus the fixture libraries of
-            tests/cubins/oracle, and one holding the wheel's real libraries
+            tests/data/cubins/oracle, and one holding the wheel's real libraries
             (single files of hundreds of MiB, the case that needs mapping).
 
   archive : `scan_target(ARCHIVE)` on the OCI archive buildx writes
@@ -50,7 +50,7 @@ from spark_images.cubins.scan import is_candidate
 from spark_images.readers.common import READER_SWITCH_INTERVAL
 
 ROOT = Path(__file__).resolve().parents[1]
-ORACLE_BIN = ROOT / "tests" / "cubins" / "oracle" / "bin"
+ORACLE_BIN = ROOT / "tests" / "data" / "cubins" / "oracle" / "bin"
 REPEAT = 3
 
 BASELINE_DOWNLOAD = r"""
