@@ -12,12 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from spark_images.readers import artifacts
+from spark_images.readers import artifacts, layers
 from spark_images.readers.common import ArenaMap, SpoolArena, spool
 from support.oci_blobs import digest_of
 from support.oci_blobs import layer_tar as layer
 
 PAGE = mmap.ALLOCATIONGRANULARITY
+
+
+def _image(tmp_path: Path, files: list[dict[str, bytes | str]]) -> Path:
+    """An OCI-style archive of gzip layers (bottom first); a str value is a hard link."""
+    blobs = [gzip.compress(layer(f)) for f in files]
+    names = [f"blobs/sha256/{digest_of(b)[7:]}" for b in blobs]
+    path = tmp_path / "image.tar"
+    with tarfile.open(path, "w") as tar:
+        for name, data in {"manifest.json": json.dumps([{"Layers": names}]).encode(), **dict(zip(names, blobs, strict=True))}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
 
 
 def test_a_closed_members_region_is_reused_and_a_held_one_is_not() -> None:
@@ -79,14 +92,7 @@ def test_every_spooled_member_of_an_image_reads_as_itself(tmp_path: Path) -> Non
     files = [{f"lib/{n}-{i}.so": os.urandom(size) for i, size in enumerate((3 * PAGE + 5, PAGE, 7 * PAGE, 2 * PAGE + 1))}
              for n in ("low", "mid", "top")]  # fmt: skip
     files[1]["lib/alias.so"] = "lib/mid-2.so"  # a hard link, answered from a kept member
-    blobs = [gzip.compress(layer(f)) for f in files]
-    names = [f"blobs/sha256/{digest_of(b)[7:]}" for b in blobs]
-    path = tmp_path / "image.tar"
-    with tarfile.open(path, "w") as tar:
-        for name, data in {"manifest.json": json.dumps([{"Layers": names}]).encode(), **dict(zip(names, blobs, strict=True))}.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    path = _image(tmp_path, files)
     expected = {k: v for f in files for k, v in f.items() if isinstance(v, bytes)}
     expected["lib/alias.so"] = expected["lib/mid-2.so"]
     seen = {}
@@ -95,3 +101,33 @@ def test_every_spooled_member_of_an_image_reads_as_itself(tmp_path: Path) -> Non
         assert isinstance(member.data, ArenaMap)
         seen[member.path] = bytes(member.data[:])
     assert seen == expected
+
+
+def test_a_layer_keeps_its_newest_members_within_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Libraries kept for hard links stay under KEEP_MAPPED however many a layer holds: a newer one
+    pushes the oldest out (a link to that one is reported), and one larger than the budget is not kept."""
+    monkeypatch.setattr(layers, "KEEP_MAPPED", 5 * PAGE)
+    libs = {f"lib/lib{i}.so": os.urandom(2 * PAGE) for i in range(4)}
+    links = {"lib/new.so": "lib/lib3.so", "lib/old.so": "lib/lib0.so", "lib/big.so": "lib/huge.so"}
+    path = _image(tmp_path, [{**libs, "lib/huge.so": os.urandom(6 * PAGE), **links}])
+    got = {m.path: (bytes(m.data[:]) if m.data is not None else m.error)
+           for m in artifacts.iter_members(str(path), lambda p: p.endswith(".so"), spool_over=0)}  # fmt: skip
+    assert {k: got[k] for k in libs} == libs
+    assert got["lib/new.so"] == libs["lib/lib3.so"], "the newest kept member answers its link"
+    assert isinstance(got["lib/old.so"], str) and "hard link to lib/lib0.so" in got["lib/old.so"], "pushed out"
+    assert isinstance(got["lib/big.so"], str) and "hard link to lib/huge.so" in got["lib/big.so"], "over the budget"
+
+
+def test_kept_members_never_exceed_the_budget_and_those_pushed_out_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layers, "KEEP_MAPPED", 5 * PAGE)
+    kept = layers._Kept()
+    with SpoolArena() as arena:
+        maps = []
+        for i in range(5):
+            maps.append(spool(io.BytesIO(bytes([i]) * 2 * PAGE), 2 * PAGE, f"m{i}", arena=arena))
+            assert kept.offer(f"m{i}", maps[-1])
+            assert kept.mapped <= 5 * PAGE and list(kept.data) == [f"m{j}" for j in range(max(0, i - 1), i + 1)]
+        assert [m.closed for m in maps] == [True, True, True, False, False], "the oldest are closed as they go"
+        assert arena.size == 3 * 2 * PAGE, "a pushed-out member's region holds a later one"
+        kept.close()
+        assert kept.data == {} and kept.mapped == 0 and all(m.closed for m in maps)
