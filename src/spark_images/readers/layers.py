@@ -24,6 +24,7 @@ import mmap
 import operator
 import struct
 import tarfile
+import zlib
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -65,6 +66,15 @@ _NUMBERS = operator.itemgetter(1, 2, 3, 4, 5, 6, 12, 13)  # mode uid gid size mt
 _TEXTS = operator.itemgetter(0, 8, 10, 11, 14)  # name linkname uname gname prefix
 
 
+def _byte_sum(block: bytes) -> int:
+    """sum(block) of a 512-byte header, exactly, from two adler32 calls (C, vectorised).
+
+    adler32's low half is 1 + the byte sum mod 65521, and 256 bytes sum to at most
+    65280, so each half's is exact. `sum` iterates the bytes as Python ints: 1.8 us a
+    header against 0.34 us, on every one of an image's tens of thousands of headers."""
+    return (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:512]) & 0xFFFF) - 2
+
+
 class _TarInfo(tarfile.TarInfo):
     """tarfile's own header parser with two guards a hostile layer needs, and a fast path.
 
@@ -92,7 +102,7 @@ class _TarInfo(tarfile.TarInfo):
             numbers = [int(f.split(b"\0", 1)[0].strip() or b"0", 8) for f in _NUMBERS(fields)]
         except ValueError:
             return super().frombuf(buf, encoding, errors)  # type: ignore[misc]
-        if numbers[5] != 256 + sum(buf) - sum(buf[148:156]):  # only the unsigned checksum here
+        if numbers[5] != 256 + _byte_sum(buf) - sum(buf[148:156]):  # only the unsigned checksum here
             return super().frombuf(buf, encoding, errors)  # type: ignore[misc]
         obj = cls()
         obj.mode, obj.uid, obj.gid, obj.size, obj.mtime, obj.chksum, obj.devmajor, obj.devminor = numbers  # type: ignore[assignment]
@@ -226,7 +236,7 @@ def _header(block: bytes) -> tuple[str, bytes, int, str]:
         chksum = int(block[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
     except ValueError:
         chksum = -1
-    if chksum != 256 + sum(block) - sum(block[148:156]) or kind == tarfile.GNUTYPE_SPARSE or len(block) != _BLOCK:
+    if chksum != 256 + _byte_sum(block) - sum(block[148:156]) or kind == tarfile.GNUTYPE_SPARSE or len(block) != _BLOCK:
         info = _TarInfo.frombuf(block, _ENC, _ERR)
         return info.name, info.type, info.size, info.linkname
     name = _nts(block[:100])

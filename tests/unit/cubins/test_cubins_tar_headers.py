@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from spark_images.readers.common import ShortRead, spool
-from spark_images.readers.layers import _TarInfo, _walk
+from spark_images.readers.layers import _byte_sum, _TarInfo, _walk
 from spark_images.readers.streams import ForwardStream, LayerError
 
 ROOTFS = Path(os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test")) / "rootfs-arm64.tar"
@@ -105,9 +105,9 @@ def test_the_fast_path_reads_every_header_tarfile_writes_as_tarfile_does(fmt: in
         assert calls == []
 
 
-def _with_checksum(block: bytearray, signed: bool = False) -> bytes:
+def _with_checksum(block: bytearray, signed: bool = False, delta: int = 0) -> bytes:
     block[148:156] = b" " * 8
-    total = 256 + sum((b - 256 if signed and b > 127 else b) for i, b in enumerate(block) if not 148 <= i < 156)
+    total = delta + 256 + sum((b - 256 if signed and b > 127 else b) for i, b in enumerate(block) if not 148 <= i < 156)
     block[148:156] = b"%06o\0 " % (total & 0o777777) if total >= 0 else b"-%05o\0 " % -total
     return bytes(block)
 
@@ -129,6 +129,9 @@ def test_odd_blocks_get_tarfiles_own_answer() -> None:
     v7_dir = bytearray(good)
     v7_dir[0:100] = b"etc/".ljust(100, b"\0")
     v7_dir[156:157] = tarfile.AREGTYPE
+    heavy = bytearray(good)  # a byte sum far past adler32's modulus (65521): 0xff in every free field
+    for start, end in ((1, 100), (265, 329), (345, 512)):
+        heavy[start:end] = b"\xff" * (end - start)
     cases = {
         "end block": bytes(512),
         "truncated": bytes(good[:300]),
@@ -140,6 +143,8 @@ def test_odd_blocks_get_tarfiles_own_answer() -> None:
         "unsigned checksum over high bytes": _with_checksum(bytearray(high)),
         "gnu sparse": _with_checksum(sparse),
         "v7 directory": _with_checksum(v7_dir),
+        "the heaviest header": _with_checksum(heavy),
+        "the heaviest header, checksum off by adler32's modulus": _with_checksum(heavy, delta=65521),
     }
     answers = {}
     for name, block in cases.items():
@@ -152,6 +157,13 @@ def test_odd_blocks_get_tarfiles_own_answer() -> None:
     assert isinstance(answers["a separator character before a number"], dict)
     assert answers["a separator character before a number"]["mode"] == 0o644
     assert isinstance(answers["v7 directory"], dict) and answers["v7 directory"]["type"] == tarfile.DIRTYPE
+    assert isinstance(answers["the heaviest header"], dict)
+    assert isinstance(answers["the heaviest header, checksum off by adler32's modulus"], str)
+
+
+def test_the_header_byte_sum_is_sum_exactly() -> None:
+    blocks = [bytes(512), b"\xff" * 512, b"\xff" * 256 + bytes(256), os.urandom(512), os.urandom(300), b""]
+    assert [_byte_sum(b) for b in blocks] == [sum(b) for b in blocks]
 
 
 def test_every_header_of_the_real_arm64_root_file_system_reads_the_same() -> None:
