@@ -10,6 +10,7 @@ line, never a `requests` traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -328,7 +329,10 @@ class OpenAIClient:
         except http.TRANSPORT_ERRORS as exc:
             raise _server_error(http.failure(exc, url, reading=True), "stream") from None
         finally:
-            resp.close()
+            # a server that has already dropped the connection leaves http.client's file closed,
+            # and closing it again raises ValueError from its flush: the stream is over either way
+            with contextlib.suppress(ValueError, OSError):
+                resp.close()
         result.text = "".join(result.pieces)
         return result
 
