@@ -10,7 +10,6 @@ line, never a `requests` traceback.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -302,10 +301,10 @@ class OpenAIClient:
         result = StreamResult(t_sent=time.monotonic())
         url = self._url(path)
         resp, deadline = self._post(path, body, stream=True)
+        # chunk=None: hand over each HTTP chunk as it arrives (one SSE event each on
+        # vLLM), so arrival times are token times, not buffer-fill times.
+        pieces = http.iter_body(resp, deadline=deadline, url=url, cap=STREAM_CAP, chunk=None)
         try:
-            # chunk=None: hand over each HTTP chunk as it arrives (one SSE event each on
-            # vLLM), so arrival times are token times, not buffer-fill times.
-            pieces = http.iter_body(resp, deadline=deadline, url=url, cap=STREAM_CAP, chunk=None)
             for when, data in iter_sse(pieces):
                 if data == "[DONE]":
                     result.done = True
@@ -329,10 +328,10 @@ class OpenAIClient:
         except http.TRANSPORT_ERRORS as exc:
             raise _server_error(http.failure(exc, url, reading=True), "stream") from None
         finally:
-            # a server that has already dropped the connection leaves http.client's file closed,
-            # and closing it again raises ValueError from its flush: the stream is over either way
-            with contextlib.suppress(ValueError, OSError):
-                resp.close()
+            # the body's own close: it stops its reading thread, then closes the response. Closing
+            # the response here instead, after a break at [DONE], raced that thread's last read
+            # (ValueError "I/O operation on closed file" from http.client's flush)
+            pieces.close()
         result.text = "".join(result.pieces)
         return result
 

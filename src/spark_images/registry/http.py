@@ -31,7 +31,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -264,11 +264,11 @@ def iter_body(
     url: str,
     cap: int | None = None,
     chunk: int | None = 1 * MiB,
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, None]:
     """The body in chunks, pumped by a worker thread; stops at the cap and the deadline.
 
     `chunk=None` hands over each piece as it arrives (server-sent events are
-    timed per piece). The response is closed when the iterator ends or is dropped.
+    timed per piece). The response is closed when the iterator ends, is closed or is dropped.
     """
     if cap is not None:
         length = declared_length(resp)
