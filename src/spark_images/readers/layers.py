@@ -171,12 +171,12 @@ class _Kept:
         """Keep `data` if the budget allows; True when kept (then this object closes it)."""
         size = len(data)
         small = isinstance(data, bytes)
-        if size > (KEEP_BYTES if small else KEEP_MAPPED):
+        budget = KEEP_BYTES if small else KEEP_MAPPED
+        if size > budget:
             return False
-        while (self.bytes if small else self.mapped) + size > (KEEP_BYTES if small else KEEP_MAPPED):
-            oldest = next(k for k, d in self.data.items() if isinstance(d, bytes) == small)
-            self._drop(oldest)
         self._drop(name)  # a path met twice in one layer: the later one is the file
+        while (self.bytes if small else self.mapped) + size > budget:
+            self._drop(next(k for k, d in self.data.items() if isinstance(d, bytes) == small))
         self.data[name] = data
         if small:
             self.bytes += size
