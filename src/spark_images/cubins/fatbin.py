@@ -20,8 +20,10 @@ import contextlib
 import mmap
 import re
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from spark_images.cubins import elf
 from spark_images.cubins.cubin import CubinInfo, cubin_info
@@ -283,8 +285,12 @@ def parsed_cubin(buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budg
     known = budget.parsed.get(entry.payload_offset) if budget is not None else None
     if known is None:
         try:
-            payload = _stored(buf, entry) if entry.compression == "none" else decompress_payload(buf, entry, budget)
-            known = cubin_info(payload)
+            if entry.compression == "zstd":
+                with _inflated(buf, entry, budget) as payload:
+                    known = cubin_info(payload)
+            else:
+                payload = _stored(buf, entry) if entry.compression == "none" else decompress_payload(buf, entry, budget)
+                known = cubin_info(payload)
         except (PayloadError, elf.ElfError, struct.error) as exc:
             known = exc
         if budget is not None:
@@ -301,13 +307,8 @@ def _stored(buf: bytes | memoryview | mmap.mmap, entry: Entry) -> memoryview:
     return memoryview(buf)[entry.payload_offset : end]
 
 
-def decompress_payload(
-    buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None = None
-) -> bytes:
-    """The entry's payload, decompressed within the caps; PayloadError when it cannot be."""
-    raw = _stored(buf, entry)
-    if entry.compression == "none":
-        return bytes(raw)
+def _declared_size(raw: memoryview, entry: Entry, budget: Budget | None) -> int:
+    """The entry's uncompressed size once it is within the caps (taken from `budget`)."""
     size = entry.uncompressed_size
     what = f"{entry.target} ({entry.compression})"
     if size <= 0:
@@ -318,23 +319,86 @@ def decompress_payload(
         raise PayloadError(f"{what}: exceeds {ENTRY_RATIO}:1 compression ({size} bytes from {len(raw)})")
     if budget is not None:
         budget.take(size, what)
+    return size
+
+
+def _check_length(entry: Entry, got: int, size: int) -> None:
+    if got != size:
+        what = f"{entry.target} ({entry.compression})"
+        raise PayloadError(f"{what}: decompresses to {got}{'+' if got > size else ''} bytes, the header says {size}")
+
+
+class _Scratch(threading.local):
+    """One zstd context and one output buffer per thread, reused by every proof.
+
+    A big library holds hundreds of zstd cubins (libtorch_cuda: 450, 1 GB out of
+    56 MB); a fresh context and a fresh output each time cost an allocation of
+    the context's window and page faults on every new buffer. Buffers above
+    `KEEP` are not kept, so an idle scanner holds at most that much.
+    """
+
+    KEEP = 64 << 20
+
+    def __init__(self) -> None:
+        self.zstd: Any = None
+        self.buffer = bytearray()
+
+    def output(self, size: int) -> bytearray:
+        if len(self.buffer) >= size:
+            return self.buffer
+        out = bytearray(size)
+        if size <= self.KEEP:
+            self.buffer = out
+        return out
+
+
+_scratch = _Scratch()
+
+
+@contextlib.contextmanager
+def _inflated(buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None) -> Iterator[memoryview]:
+    """A zstd entry's payload inflated into this thread's scratch buffer, valid inside the block."""
+    raw = _stored(buf, entry)
+    size = _declared_size(raw, entry, budget)
+    if _scratch.zstd is None:
+        import zstandard
+
+        _scratch.zstd = zstandard.ZstdDecompressor()
+    # one byte past the declared size is room enough to see a frame that claims more
+    view = memoryview(_scratch.output(size + 1))[: size + 1]
     try:
-        if entry.compression == "zstd":
-            import io
+        try:
+            got = _scratch.zstd.stream_reader(raw).readinto(view)
+        except Exception as exc:  # zstandard raises its own error types
+            raise PayloadError(f"{entry.target} (zstd): payload is corrupt ({exc})") from exc
+        _check_length(entry, got, size)
+        payload = view[:size]
+        try:
+            yield payload
+        finally:
+            payload.release()
+    finally:
+        view.release()
 
-            import zstandard
 
-            # a stream read stops one byte past the declared size, whatever the frame claims
-            reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw))
-            out = reader.read(size + 1)
-        else:
-            import lz4.block
+def decompress_payload(
+    buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None = None
+) -> bytes:
+    """The entry's payload, decompressed within the caps; PayloadError when it cannot be."""
+    raw = _stored(buf, entry)
+    if entry.compression == "none":
+        return bytes(raw)
+    if entry.compression == "zstd":
+        with _inflated(buf, entry, budget) as payload:
+            return bytes(payload)
+    size = _declared_size(raw, entry, budget)
+    try:
+        import lz4.block
 
-            out = lz4.block.decompress(bytes(raw), uncompressed_size=size)
-    except Exception as exc:  # both libraries raise their own error types
-        raise PayloadError(f"{what}: payload is corrupt ({exc})") from exc
-    if len(out) != size:
-        raise PayloadError(f"{what}: decompresses to {len(out)}{'+' if len(out) > size else ''} bytes, the header says {size}")
+        out = lz4.block.decompress(bytes(raw), uncompressed_size=size)
+    except Exception as exc:  # lz4 raises its own error types
+        raise PayloadError(f"{entry.target} ({entry.compression}): payload is corrupt ({exc})") from exc
+    _check_length(entry, len(out), size)
     return bytes(out)
 
 
