@@ -6,6 +6,11 @@ and this is the one place that starts and stops the server. Its request
 threads are daemonic, so a client that keeps a connection open never holds
 up the stop, and it polls for the stop every 20 ms: serve_forever's default
 of 0.5 s cost each test that stopped a server half a second of teardown.
+
+`QuietHandler` is the handlers' common base: it logs nothing, and `answer`
+sends one whole plain answer (status, headers, Content-Length, body). A
+handler that means to misbehave (a wrong length, a stall, a drip) writes
+its own bytes instead.
 """
 
 from __future__ import annotations
@@ -17,6 +22,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 POLL_S = 0.02
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that logs nothing and answers in one call."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def answer(self, status: int, body: bytes = b"", content_type: str | None = None,
+               headers: dict[str, str] | None = None) -> None:  # fmt: skip
+        """`status`, then Content-Type (when given), `headers`, Content-Length and `body`."""
+        self.send_response(status)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
 
 
 class Loopback:

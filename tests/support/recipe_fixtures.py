@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import http.server
 import os
 import re
 import subprocess
@@ -23,13 +22,12 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from support.cache_lock import cache_lock
 from support.check_fixtures import fetch_wheel
-from support.loopback import Loopback
+from support.loopback import Loopback, QuietHandler
 
 TEST_CACHE = Path(os.environ.get("SPARK_IMAGES_TEST_CACHE", Path.home() / ".cache" / "spark-images-test"))
 SITES = TEST_CACHE / "recipes-site"
@@ -101,11 +99,8 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d+)")
 CHUNK = 1 << 16
 
 
-def _handler(hub: Hub) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:  # quiet
-            pass
-
+def _handler(hub: Hub) -> type[QuietHandler]:
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             parts = self.path.split("/")
             rng = self.headers.get("Range")

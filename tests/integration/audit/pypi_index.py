@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import http.server
 import io
 import json
 import tarfile
@@ -21,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from support.loopback import Loopback
+from support.loopback import Loopback, QuietHandler
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
@@ -76,7 +75,7 @@ class LocalIndex:
         self.files["/simple/vllm/"] = (SIMPLE_JSON, json.dumps(page).encode())
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     index: LocalIndex
 
     def do_GET(self) -> None:
@@ -85,14 +84,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         status = 200 if body else 404
         if content_type == SIMPLE_JSON and SIMPLE_JSON not in self.headers.get("Accept", ""):
             status, body = 406, b"not acceptable"
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(status, body, content_type)
 
 
 @contextmanager

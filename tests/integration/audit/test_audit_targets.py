@@ -4,7 +4,6 @@ PyPI sdist lookup for a release that has no tag in the clone."""
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import subprocess
 import zipfile
@@ -18,7 +17,7 @@ from pypi_index import version_file
 
 from spark_images.cli import main
 from support.audit_histories import VllmLike
-from support.loopback import Loopback
+from support.loopback import Loopback, QuietHandler
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
@@ -82,21 +81,14 @@ def test_registry_image_target(
 
 
 # --- a release with no tag in the clone: its commit from the PyPI sdist ----------
-class _Index(http.server.BaseHTTPRequestHandler):
+class _Index(QuietHandler):
     """Serves a PEP 691 JSON simple index and one sdist, like PyPI does."""
 
     files: ClassVar[dict[str, tuple[str, bytes]]] = {}
 
     def do_GET(self) -> None:
         content_type, body = self.files.get(self.path, ("text/plain", b""))
-        self.send_response(200 if body else 404)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(200 if body else 404, body, content_type)
 
 
 @pytest.fixture()

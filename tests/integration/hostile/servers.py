@@ -18,7 +18,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from support.loopback import Loopback
+from support.loopback import Loopback, QuietHandler
 
 LIFETIME_S = 90.0
 
@@ -116,7 +116,7 @@ class Hostile:
         self.hits: list[str] = []
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def _any(self) -> None:
@@ -127,9 +127,6 @@ class Hostile:
                     self.close_connection = True
 
             do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = _any
-
-            def log_message(self, *args: object) -> None:
-                pass
 
         self.loopback = Loopback(Handler)
         self.port, self.host, self.url = self.loopback.port, self.loopback.host, self.loopback.url

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from harness import assert_clean_failure, run_cli
 
-from support.loopback import Loopback
+from support.loopback import Loopback, QuietHandler
 from support.oci_blobs import layer_tar_gz
 
 pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
@@ -52,21 +52,16 @@ def hostile_index() -> Iterator[tuple[str, dict[str, Route]]]:
     """A loopback server whose answers each test scripts per path."""
     routes: dict[str, Route] = {}
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
             route = routes.get(self.path)
             if route is None:
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                self.answer(404)
                 return
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 route(self)
-
-        def log_message(self, *args: object) -> None:
-            pass
 
     with Loopback(Handler) as server:
         yield server.url, routes

@@ -12,13 +12,12 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 import requests
 from harness import assert_clean_failure, run_cli
 
-from support.loopback import Loopback
+from support.loopback import Loopback, QuietHandler
 from support.oci_blobs import OCI_MANIFEST, digest_of, layer_tar_gz
 
 pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
@@ -95,16 +94,12 @@ def test_a_small_clean_image_is_checked(local_registry: str) -> None:
     assert {r["subject"] for r in doc["reasons"]} >= {"torch", "vllm/_C*.so"}
 
 
-Route = Callable[[BaseHTTPRequestHandler], None]
+Route = Callable[[QuietHandler], None]
 
 
 def _answer(status: int, body: bytes, ctype: str = "application/json") -> Route:
-    def route(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(status)
-        h.send_header("Content-Type", ctype)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
+    def route(h: QuietHandler) -> None:
+        h.answer(status, body, ctype)
 
     return route
 
@@ -113,15 +108,12 @@ def _answer(status: int, body: bytes, ctype: str = "application/json") -> Route:
 def liar() -> Iterator[tuple[str, dict[str, Route]]]:
     routes: dict[str, Route] = {}
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             route = routes.get(self.path.split("?", 1)[0])
             (route or _answer(404, b"{}"))(self)
 
         do_HEAD = do_GET
-
-        def log_message(self, *args: object) -> None:
-            pass
 
     with Loopback(Handler) as server:
         yield server.host, routes

@@ -16,10 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -31,28 +27,17 @@ from servers import Hostile, Req
 
 from spark_images.coherence import GateOptions, gate_endpoint
 from spark_images.core.errors import UsageError
-from support.coherence_fakes import FAKE_PATH
+from support.coherence_fixtures import fake_server
 
 pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
 
-FAKE = FAKE_PATH
 MODEL = "test/model"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
 def fake_vllm() -> Iterator[str]:
-    port = _free_port()
-    env = {**os.environ, "FAKE_VLLM_MODE": "coherent", "FAKE_VLLM_STARTUP_S": "0.2", "FAKE_VLLM_TOKS_PER_S": "2000"}
-    proc = subprocess.Popen([sys.executable, str(FAKE), "serve", MODEL, "--port", str(port), "--host", "127.0.0.1"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
+    """The coherent stand-in on the host, once its /health answers (or 30 s have passed)."""
+    with fake_server("coherent", FAKE_VLLM_STARTUP_S="0.2") as url:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
@@ -60,13 +45,6 @@ def fake_vllm() -> Iterator[str]:
                     break
             time.sleep(0.1)
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 Mutate = Callable[[dict[str, Any]], None]

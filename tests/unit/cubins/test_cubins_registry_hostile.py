@@ -15,7 +15,6 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 import zstandard
@@ -23,11 +22,11 @@ import zstandard
 from spark_images.core.errors import SparkImagesError
 from spark_images.readers import artifacts
 from spark_images.registry.client import RegistryClient, RegistryError, parse_reference
-from support.loopback import Loopback
+from support.loopback import Loopback, QuietHandler
 from support.oci_blobs import digest_of, layer_tar
 from support.paths import ORACLE_BIN
 
-Route = Callable[[BaseHTTPRequestHandler], None]
+Route = Callable[[QuietHandler], None]
 
 
 class FakeRegistry:
@@ -38,20 +37,15 @@ class FakeRegistry:
         self.hits: list[str] = []
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 owner.hits.append(self.path)
                 path = self.path.split("?", 1)[0]
                 route = owner.routes.get(path)
                 if route is None:
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
+                    self.answer(404)
                     return
                 route(self)
-
-            def log_message(self, *args: object) -> None:
-                pass
 
         self.loopback = Loopback(Handler)
         self.host = self.loopback.host
@@ -61,13 +55,8 @@ class FakeRegistry:
 
 
 def reply(status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> Route:
-    def route(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(status)
-        for key, value in (headers or {}).items():
-            h.send_header(key, value)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
+    def route(h: QuietHandler) -> None:
+        h.answer(status, body, headers=headers)
 
     return route
 
@@ -108,7 +97,7 @@ def test_a_transient_500_recovers(fake: FakeRegistry) -> None:
     ).encode()
     calls = {"n": 0}
 
-    def flaky(h: BaseHTTPRequestHandler) -> None:
+    def flaky(h: QuietHandler) -> None:
         calls["n"] += 1
         if calls["n"] == 1:
             reply(503)(h)
@@ -142,7 +131,7 @@ def test_garbage_manifest(fake: FakeRegistry, body: bytes) -> None:
 
 
 def test_a_server_that_never_answers_times_out(fake: FakeRegistry) -> None:
-    def hang(h: BaseHTTPRequestHandler) -> None:
+    def hang(h: QuietHandler) -> None:
         time.sleep(5)
 
     fake.routes["/v2/spark/img/manifests/v1"] = hang
@@ -205,7 +194,7 @@ def _image(
         if not bearer:
             return route
 
-        def check(h: BaseHTTPRequestHandler) -> None:
+        def check(h: QuietHandler) -> None:
             if h.headers.get("Authorization") != f"Bearer {token}":
                 challenge = f'Bearer realm="http://{fake.host}/token",service="fake",scope="repository:spark/img:pull"'
                 reply(401, headers={"WWW-Authenticate": challenge})(h)
@@ -299,7 +288,7 @@ def test_a_broken_blob_download_is_resumed_with_a_range(fake: FakeRegistry) -> N
     ref = _image(fake, [layer])
     calls: list[str | None] = []
 
-    def flaky_blob(h: BaseHTTPRequestHandler) -> None:
+    def flaky_blob(h: QuietHandler) -> None:
         rng = h.headers.get("Range")
         calls.append(rng)
         if rng is None:  # first try: promise everything, send half, hang up
@@ -311,12 +300,7 @@ def test_a_broken_blob_download_is_resumed_with_a_range(fake: FakeRegistry) -> N
             h.close_connection = True
             return
         start = int(rng.split("=")[1].rstrip("-"))
-        body = layer[start:]
-        h.send_response(206)
-        h.send_header("Content-Range", f"bytes {start}-{len(layer) - 1}/{len(layer)}")
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
+        h.answer(206, layer[start:], headers={"Content-Range": f"bytes {start}-{len(layer) - 1}/{len(layer)}"})
 
     fake.routes[f"/v2/spark/img/blobs/{digest_of(layer)}"] = flaky_blob
     assert dict(artifacts.iter_files(ref, lambda p: p.endswith(".so"))) == {"r/lib.so": lib}

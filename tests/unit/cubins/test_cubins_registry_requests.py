@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from spark_images.registry.client import RegistryClient, RegistryError, is_loopback
 from spark_images.registry.reference import ImageReference
-from support.loopback import Loopback
+from support.loopback import Loopback, QuietHandler
 
 
 class PutServer:
@@ -25,19 +24,13 @@ class PutServer:
         self.bodies: list[int] = []
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             timeout = 5  # a client that declares a body and never sends it cannot hold the thread
 
             def do_PUT(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 owner.bodies.append(len(self.rfile.read(length)))
-                status = owner.script.pop(0) if owner.script else 201
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
+                self.answer(owner.script.pop(0) if owner.script else 201)
 
         self.loopback = Loopback(Handler)
         self.host = self.loopback.host

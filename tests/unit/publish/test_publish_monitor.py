@@ -6,7 +6,6 @@ so the monitor reads exactly what `spark-images audit --json` prints.
 
 from __future__ import annotations
 
-import http.server
 import json
 import shutil
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ import yaml
 from spark_images.audit.states import AuditReport, FixResult
 from spark_images.cli.monitor import standalone
 from spark_images.release import monitor
-from support.loopback import Loopback
+from support.loopback import Loopback, QuietHandler
 
 ROOT = Path(__file__).resolve().parents[3]
 PINNED = "98dff2a81d747d1dba01a47f939f48c3526d4206"
@@ -167,7 +166,7 @@ def simple_index() -> Iterator[str]:
          "hashes": {"sha256": "cd" * 32}},
     ]}
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             ok = self.path == "/simple/vllm/" and "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")
             body = json.dumps(doc).encode() if ok else b"not found"
@@ -175,9 +174,6 @@ def simple_index() -> Iterator[str]:
             self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
             self.end_headers()
             self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
 
     with Loopback(Handler) as server:
         yield f"{server.url}/simple"
@@ -188,12 +184,18 @@ def _write(path: Path, doc: dict[str, Any]) -> Path:
     return path
 
 
-def test_cli_bumps_a_wheel_profile(
-    tmp_path: Path, simple_index: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _cu130_copy(tmp_path: Path) -> Path:
+    """profiles/cu130.yaml copied to tmp_path/profiles/cu130.yaml, for the CLI to bump."""
     profile = tmp_path / "profiles" / "cu130.yaml"
     profile.parent.mkdir()
     shutil.copy(ROOT / "profiles" / "cu130.yaml", profile)
+    return profile
+
+
+def test_cli_bumps_a_wheel_profile(
+    tmp_path: Path, simple_index: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = _cu130_copy(tmp_path)
     pinned = _write(tmp_path / "pinned.json", audit(str(profile), PINNED, {**BASE, 50001: "absent"}))
     release = _write(tmp_path / "release.json", audit("v0.33.0", RELEASE, {**BASE, 50001: "included"}))
     on_main = _write(tmp_path / "main.json", audit("main", MAIN, {**BASE, 50001: "included"}))
@@ -270,9 +272,7 @@ def test_choose_the_newest_final_that_gains_a_fix_rcs_never_bump() -> None:
 def test_cli_with_several_releases_and_discovered(
     tmp_path: Path, simple_index: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    profile = tmp_path / "profiles" / "cu130.yaml"
-    profile.parent.mkdir()
-    shutil.copy(ROOT / "profiles" / "cu130.yaml", profile)
+    profile = _cu130_copy(tmp_path)
     pinned = _write(tmp_path / "pinned.json", audit(str(profile), PINNED, {**BASE, 50001: "absent"}))
     rc = _write(tmp_path / "rc.json", audit("v0.34.0rc0", "d" * 40, {**BASE, 50001: "included"}))
     release = _write(tmp_path / "release.json", audit("v0.33.0", RELEASE, {**BASE, 50001: "included"}))
