@@ -285,11 +285,7 @@ def parsed_cubin(buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budg
     known = budget.parsed.get(entry.payload_offset) if budget is not None else None
     if known is None:
         try:
-            if entry.compression == "zstd":
-                with _inflated(buf, entry, budget) as payload:
-                    known = cubin_info(payload)
-            else:
-                payload = _stored(buf, entry) if entry.compression == "none" else decompress_payload(buf, entry, budget)
+            with _payload(buf, entry, budget) as payload:
                 known = cubin_info(payload)
         except (PayloadError, elf.ElfError, struct.error) as exc:
             known = exc
@@ -322,12 +318,6 @@ def _declared_size(raw: memoryview, entry: Entry, budget: Budget | None) -> int:
     return size
 
 
-def _check_length(entry: Entry, got: int, size: int) -> None:
-    if got != size:
-        what = f"{entry.target} ({entry.compression})"
-        raise PayloadError(f"{what}: decompresses to {got}{'+' if got > size else ''} bytes, the header says {size}")
-
-
 class _Scratch(threading.local):
     """One zstd context and one output buffer per thread, reused by every proof.
 
@@ -356,50 +346,53 @@ _scratch = _Scratch()
 
 
 @contextlib.contextmanager
-def _inflated(buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None) -> Iterator[memoryview]:
-    """A zstd entry's payload inflated into this thread's scratch buffer, valid inside the block."""
-    raw = _stored(buf, entry)
-    size = _declared_size(raw, entry, budget)
-    if _scratch.zstd is None:
-        import zstandard
+def _payload(buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None) -> Iterator[memoryview | bytes]:
+    """The entry's payload within the caps, valid inside the block; PayloadError when it cannot be.
 
-        _scratch.zstd = zstandard.ZstdDecompressor()
-    # one byte past the declared size is room enough to see a frame that claims more
-    view = memoryview(_scratch.output(size + 1))[: size + 1]
-    try:
-        try:
-            got = _scratch.zstd.stream_reader(raw).readinto(view)
-        except Exception as exc:  # zstandard raises its own error types
-            raise PayloadError(f"{entry.target} (zstd): payload is corrupt ({exc})") from exc
-        _check_length(entry, got, size)
-        payload = view[:size]
-        try:
-            yield payload
-        finally:
-            payload.release()
-    finally:
-        view.release()
-
-
-def decompress_payload(
-    buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None = None
-) -> bytes:
-    """The entry's payload, decompressed within the caps; PayloadError when it cannot be."""
+    Stored plain, it is a view of `buf`; zstd is inflated into this thread's
+    scratch buffer, so nothing of it may outlive the block."""
     raw = _stored(buf, entry)
     if entry.compression == "none":
-        return bytes(raw)
-    if entry.compression == "zstd":
-        with _inflated(buf, entry, budget) as payload:
-            return bytes(payload)
+        yield raw
+        return
     size = _declared_size(raw, entry, budget)
+    what = f"{entry.target} ({entry.compression})"
+    if entry.compression == "zstd":
+        if _scratch.zstd is None:
+            import zstandard
+
+            _scratch.zstd = zstandard.ZstdDecompressor()
+        # one byte past the declared size is room enough to see a frame that claims more
+        with memoryview(_scratch.output(size + 1))[: size + 1] as view:
+            try:
+                got = _scratch.zstd.stream_reader(raw).readinto(view)
+            except Exception as exc:  # zstandard raises its own error types
+                raise PayloadError(f"{what}: payload is corrupt ({exc})") from exc
+            _check_length(what, got, size)
+            with view[:size] as payload:
+                yield payload
+        return
     try:
         import lz4.block
 
         out = lz4.block.decompress(bytes(raw), uncompressed_size=size)
     except Exception as exc:  # lz4 raises its own error types
-        raise PayloadError(f"{entry.target} ({entry.compression}): payload is corrupt ({exc})") from exc
-    _check_length(entry, len(out), size)
-    return bytes(out)
+        raise PayloadError(f"{what}: payload is corrupt ({exc})") from exc
+    _check_length(what, len(out), size)
+    yield out
+
+
+def _check_length(what: str, got: int, size: int) -> None:
+    if got != size:
+        raise PayloadError(f"{what}: decompresses to {got}{'+' if got > size else ''} bytes, the header says {size}")
+
+
+def decompress_payload(
+    buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None = None
+) -> bytes:
+    """The entry's payload, decompressed within the caps, as bytes of its own; PayloadError when it cannot be."""
+    with _payload(buf, entry, budget) as payload:
+        return bytes(payload)
 
 
 def verify_cubin(
