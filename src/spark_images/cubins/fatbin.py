@@ -336,10 +336,12 @@ class _Scratch(threading.local):
     def output(self, size: int) -> bytearray:
         if len(self.buffer) >= size:
             return self.buffer
-        out = bytearray(size)
-        if size <= self.KEEP:
-            self.buffer = out
-        return out
+        if size > self.KEEP:
+            return bytearray(size)
+        # grown at least twofold: cubins come in every size, and growing to each larger one
+        # zeroed a fresh buffer (290 MB of fresh pages over the cu130 image's proofs)
+        self.buffer = bytearray(max(size, min(2 * len(self.buffer), self.KEEP)))
+        return self.buffer
 
 
 _scratch = _Scratch()

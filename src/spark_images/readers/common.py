@@ -96,7 +96,7 @@ class AnonymousMap(mmap.mmap):
 
 
 class ArenaMap(mmap.mmap):
-    """A spooled member in a region of a `SpoolArena`: a shared mapping of its memfd.
+    """A spooled member in a region of a `SpoolArena`: a read-only shared mapping of its memfd.
 
     Closing it hands the region back for the next member; a close refused
     because a view is still alive (BufferError) keeps the region taken. Its
@@ -123,7 +123,8 @@ class SpoolArena:
     are mapped again with MAP_POPULATE, and the copy into them runs at memory
     speed (0.07 s per 448 MiB). A region returns to the free list only when its
     mapping is closed, so no view of an earlier member can see a later one; members
-    kept for hard links hold their regions until they are closed too. Past
+    kept for hard links hold their regions until they are closed too; a region is
+    written by pwrite and mapped read-only. Past
     `limit` bytes (or without memfd) a member gets fresh anonymous memory instead.
     """
 
@@ -148,8 +149,11 @@ class SpoolArena:
             os.close(self.fd)
             self.fd = None
 
-    def take(self, size: int) -> ArenaMap | None:
-        """A writable mapping of `size` bytes in the arena, or None where it cannot give one."""
+    def reserve(self, size: int) -> tuple[int, int] | None:
+        """A region of the arena for `size` bytes, (offset, length), or None where it cannot give one.
+
+        The caller writes it through the arena's descriptor (`write`), then maps it (`mapped`),
+        or hands it back (`give_back`)."""
         if self.fd is None or size <= 0:
             return None
         length = -(-size // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY
@@ -160,9 +164,25 @@ class SpoolArena:
             offset = self.size
             os.ftruncate(self.fd, self.size + length)
             self.size += length
-        # the pages are mapped in one call; pages the arena already held are not zeroed again
-        data = ArenaMap(self.fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, offset=offset)
-        data._arena, data._region = self, (offset, length)
+        return offset, length
+
+    def write(self, at: int, view: memoryview) -> None:
+        """`view` into the arena at byte `at`, by pwrite: the copy runs in the kernel without the GIL,
+        where a slice assignment into a mapping held it (and its page faults) from the threads
+        inflating and hashing beside the walk."""
+        assert self.fd is not None
+        while view:
+            done = os.pwritev(self.fd, [view], at)
+            if done <= 0:  # a full memory file system answers ENOSPC; nothing written would loop
+                raise OSError(f"the spool took no bytes at offset {at}")
+            view, at = view[done:], at + done
+
+    def mapped(self, region: tuple[int, int], size: int) -> ArenaMap:
+        """The first `size` bytes of a written region, mapped read-only in one call (pages the arena
+        already holds are not zeroed again); closing the mapping hands the region back."""
+        offset, _length = region
+        data = ArenaMap(self.fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ, offset=offset)  # type: ignore[arg-type]
+        data._arena, data._region = self, region
         return data
 
     def _first_fit(self, length: int) -> int | None:
@@ -232,8 +252,29 @@ def spool(
     """
     if size == 0:
         raise ShortRead(f"{name}: empty")  # mmap cannot map an empty file; callers read it instead
+    region = arena.reserve(size) if arena is not None and size <= MEMORY_SPOOL else None
+    if region is not None:
+        assert arena is not None
+        at = region[0]
+        end = at + size
+
+        def write(view: memoryview) -> None:
+            nonlocal at
+            if at + len(view) > end:  # only an unframed source can run past (by its one extra byte)
+                raise ShortRead(f"{name}: data runs past its declared size {size}")
+            arena.write(at, view)
+            at += len(view)
+
+        try:
+            _copy_views(source, size, name, write)
+            if not framed and source.read(1):
+                raise ShortRead(f"{name}: data runs past its declared size {size}")
+            return arena.mapped(region, size)
+        except BaseException:
+            arena.give_back(region)
+            raise
     if size <= MEMORY_SPOOL:
-        data = (arena.take(size) if arena is not None else None) or _anonymous(size)
+        data = _anonymous(size)
         at = 0
 
         def put(view: memoryview) -> None:
