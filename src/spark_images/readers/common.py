@@ -120,8 +120,8 @@ class SpoolArena:
     Fresh memory costs a page fault and a zeroed page per 4 KiB on first touch,
     or a compaction stall for a huge page: 0.2-1.5 s per 448 MiB here, the largest
     share of the parsing thread in an image scan. Pages this arena already holds
-    are mapped again with MAP_POPULATE, and the copy into them runs at memory
-    speed (0.07 s per 448 MiB). A region returns to the free list only when its
+    are written again (by pwrite, without the GIL) and mapped with MAP_POPULATE,
+    so no page is zeroed twice. A region returns to the free list only when its
     mapping is closed, so no view of an earlier member can see a later one; members
     kept for hard links hold their regions until they are closed too; a region is
     written by pwrite and mapped read-only. Past
@@ -168,8 +168,8 @@ class SpoolArena:
 
     def write(self, at: int, view: memoryview) -> None:
         """`view` into the arena at byte `at`, by pwrite: the copy runs in the kernel without the GIL,
-        where a slice assignment into a mapping held it (and its page faults) from the threads
-        inflating and hashing beside the walk."""
+        where a slice assignment into a mapping held it (and its page faults) from the thread
+        inflating the layers beside the walk."""
         assert self.fd is not None
         while view:
             done = os.pwritev(self.fd, [view], at)
@@ -253,45 +253,32 @@ def spool(
     if size == 0:
         raise ShortRead(f"{name}: empty")  # mmap cannot map an empty file; callers read it instead
     region = arena.reserve(size) if arena is not None and size <= MEMORY_SPOOL else None
-    if region is not None:
-        assert arena is not None
-        at = region[0]
-        end = at + size
-
-        def write(view: memoryview) -> None:
-            nonlocal at
-            if at + len(view) > end:  # only an unframed source can run past (by its one extra byte)
-                raise ShortRead(f"{name}: data runs past its declared size {size}")
-            arena.write(at, view)
-            at += len(view)
-
-        try:
-            _copy_views(source, size, name, write)
-            if not framed and source.read(1):
-                raise ShortRead(f"{name}: data runs past its declared size {size}")
-            return arena.mapped(region, size)
-        except BaseException:
-            arena.give_back(region)
-            raise
-    if size <= MEMORY_SPOOL:
-        data = _anonymous(size)
+    if region is not None or size <= MEMORY_SPOOL:
+        # into the arena's region by pwrite, else into fresh anonymous memory
+        anonymous = _anonymous(size) if region is None else None
         at = 0
 
         def put(view: memoryview) -> None:
             nonlocal at
             if at + len(view) > size:  # only an unframed source can run past (by its one extra byte)
                 raise ShortRead(f"{name}: data runs past its declared size {size}")
-            data[at : at + len(view)] = view
+            if anonymous is not None:
+                anonymous[at : at + len(view)] = view
+            else:
+                arena.write(region[0] + at, view)  # type: ignore[union-attr, index]
             at += len(view)
 
         try:
             _copy_views(source, size, name, put)
             if not framed and source.read(1):
                 raise ShortRead(f"{name}: data runs past its declared size {size}")
+            return anonymous if anonymous is not None else arena.mapped(region, size)  # type: ignore[union-attr, arg-type]
         except BaseException:
-            data.close()
+            if anonymous is not None:
+                anonymous.close()
+            else:
+                arena.give_back(region)  # type: ignore[union-attr, arg-type]
             raise
-        return data
     fd, tmp = tempfile.mkstemp(prefix="spark-images-", suffix=".member")
     os.unlink(tmp)  # gone from the file system at once, even if this process dies
     with os.fdopen(fd, "w+b", buffering=0) as fh:
