@@ -120,11 +120,10 @@ class SpoolArena:
     Fresh memory costs a page fault and a zeroed page per 4 KiB on first touch,
     or a compaction stall for a huge page: 0.2-1.5 s per 448 MiB here, the largest
     share of the parsing thread in an image scan. Pages this arena already holds
-    are written again (by pwrite, without the GIL) and mapped with MAP_POPULATE,
-    so no page is zeroed twice. A region returns to the free list only when its
-    mapping is closed, so no view of an earlier member can see a later one; members
-    kept for hard links hold their regions until they are closed too; a region is
-    written by pwrite and mapped read-only. Past
+    are written again (by pwrite, without the GIL) and mapped read-only with
+    MAP_POPULATE, so no page is zeroed twice. A region returns to the free list only
+    when its mapping is closed, so no view of an earlier member can see a later one;
+    members kept for hard links hold their regions until they are closed too. Past
     `limit` bytes (or without memfd) a member gets fresh anonymous memory instead.
     """
 

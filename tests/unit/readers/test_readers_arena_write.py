@@ -10,9 +10,7 @@ way its members come, and the proof buffer grows at least twofold.
 
 from __future__ import annotations
 
-import gzip
 import io
-import json
 import mmap
 import os
 from pathlib import Path
@@ -23,12 +21,10 @@ from spark_images.check import collect
 from spark_images.cubins import fatbin
 from spark_images.readers import artifacts, layers
 from spark_images.readers.common import ArenaMap, SpoolArena, spool
-from support.oci_blobs import digest_of
-from support.oci_blobs import layer_tar as layer
+from support.oci_blobs import image_archive
 from support.paths import ORACLE_BIN
 
 PAGE = mmap.ALLOCATIONGRANULARITY
-OCI = "application/vnd.oci.image"
 
 
 def test_an_arena_member_is_read_only() -> None:
@@ -42,7 +38,7 @@ def test_an_arena_member_is_read_only() -> None:
 
 def test_members_past_arena_over_come_from_the_arena_whatever_the_callers_threshold(tmp_path: Path) -> None:
     files = {"lib/big.so": os.urandom(layers.ARENA_OVER + 1), "lib/small.so": os.urandom(layers.ARENA_OVER)}
-    path = _archive(tmp_path, [files])
+    path = image_archive(tmp_path / "image.tar", [files])
     got = {m.path: m.data for m in artifacts.iter_members(str(path), lambda p: p.endswith(".so"), spool_over=64 << 20)}
     assert isinstance(got["lib/big.so"], ArenaMap) and isinstance(got["lib/small.so"], bytes)
 
@@ -63,7 +59,7 @@ def test_a_check_says_the_same_whether_members_come_as_mappings_or_bytes(tmp_pat
     bottom = {"usr/lib/libsm121a.so": lib121, "usr/lib/libalias.so": "usr/lib/libsm121a.so",
               "usr/lib/libgone.so": lib90, "usr/lib/libhost.so": os.urandom(5 * PAGE)}  # fmt: skip
     top = {"usr/lib/.wh.libgone.so": b"", "opt/lib/libsm90.so": lib90, "opt/lib/libpad.so": os.urandom(3 * PAGE)}
-    path = _archive(tmp_path, [bottom, top], oci=True)
+    path = image_archive(tmp_path / "image.tar", [bottom, top], oci=True)
     spooled: list[str] = []
     real_read = layers.read_exact
 
@@ -95,33 +91,3 @@ def test_the_proof_buffer_grows_at_least_twofold() -> None:
     assert len(grown) == 2000 and scratch.output(1500) is grown, "a slightly larger cubin reuses the doubled buffer"
     big = scratch.output(scratch.KEEP + 1)
     assert len(big) == scratch.KEEP + 1 and scratch.buffer is grown, "one past KEEP is not kept"
-
-
-def _archive(tmp_path: Path, files: list[dict[str, bytes | str]], *, oci: bool = False) -> Path:
-    """A docker-save archive of gzip layers (bottom first), or with `oci` an OCI layout with a config."""
-    import tarfile
-
-    blobs = [gzip.compress(layer(f)) for f in files]
-    members: dict[str, bytes] = {}
-    if oci:
-        config = json.dumps({"architecture": "arm64", "os": "linux", "config": {}}).encode()
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": f"{OCI}.manifest.v1+json",
-            "config": {"mediaType": f"{OCI}.config.v1+json", "digest": digest_of(config), "size": len(config)},
-            "layers": [{"mediaType": f"{OCI}.layer.v1.tar+gzip", "digest": digest_of(b), "size": len(b)} for b in blobs],
-        }).encode()  # fmt: skip
-        index = json.dumps({"schemaVersion": 2, "manifests": [
-            {"mediaType": f"{OCI}.manifest.v1+json", "digest": digest_of(manifest), "size": len(manifest)}]}).encode()  # fmt: skip
-        members = {"oci-layout": b'{"imageLayoutVersion": "1.0.0"}', "index.json": index}
-        for blob in (config, manifest, *blobs):
-            members[f"blobs/sha256/{digest_of(blob)[7:]}"] = blob
-    else:
-        names = [f"blobs/sha256/{digest_of(b)[7:]}" for b in blobs]
-        members = {"manifest.json": json.dumps([{"Layers": names}]).encode(), **dict(zip(names, blobs, strict=True))}
-    path = tmp_path / "image.tar"
-    with tarfile.open(path, "w") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path

@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
-import gzip
 import io
-import json
 import mmap
 import os
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from spark_images.readers import artifacts, layers
 from spark_images.readers.common import ArenaMap, SpoolArena, spool
-from support.oci_blobs import digest_of
-from support.oci_blobs import layer_tar as layer
+from support.oci_blobs import image_archive
 
 PAGE = mmap.ALLOCATIONGRANULARITY
-
-
-def _image(tmp_path: Path, files: list[dict[str, bytes | str]]) -> Path:
-    """An OCI-style archive of gzip layers (bottom first); a str value is a hard link."""
-    blobs = [gzip.compress(layer(f)) for f in files]
-    names = [f"blobs/sha256/{digest_of(b)[7:]}" for b in blobs]
-    path = tmp_path / "image.tar"
-    with tarfile.open(path, "w") as tar:
-        for name, data in {"manifest.json": json.dumps([{"Layers": names}]).encode(), **dict(zip(names, blobs, strict=True))}.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
 
 
 def test_a_closed_members_region_is_reused_and_a_held_one_is_not() -> None:
@@ -92,7 +75,7 @@ def test_every_spooled_member_of_an_image_reads_as_itself(tmp_path: Path) -> Non
     files = [{f"lib/{n}-{i}.so": os.urandom(size) for i, size in enumerate((3 * PAGE + 5, PAGE, 7 * PAGE, 2 * PAGE + 1))}
              for n in ("low", "mid", "top")]  # fmt: skip
     files[1]["lib/alias.so"] = "lib/mid-2.so"  # a hard link, answered from a kept member
-    path = _image(tmp_path, files)
+    path = image_archive(tmp_path / "image.tar", files)
     expected = {k: v for f in files for k, v in f.items() if isinstance(v, bytes)}
     expected["lib/alias.so"] = expected["lib/mid-2.so"]
     seen = {}
@@ -109,7 +92,7 @@ def test_a_layer_keeps_its_newest_members_within_the_budget(tmp_path: Path, monk
     monkeypatch.setattr(layers, "KEEP_MAPPED", 5 * PAGE)
     libs = {f"lib/lib{i}.so": os.urandom(2 * PAGE) for i in range(4)}
     links = {"lib/new.so": "lib/lib3.so", "lib/old.so": "lib/lib0.so", "lib/big.so": "lib/huge.so"}
-    path = _image(tmp_path, [{**libs, "lib/huge.so": os.urandom(6 * PAGE), **links}])
+    path = image_archive(tmp_path / "image.tar", [{**libs, "lib/huge.so": os.urandom(6 * PAGE), **links}])
     got = {m.path: (bytes(m.data[:]) if m.data is not None else m.error)
            for m in artifacts.iter_members(str(path), lambda p: p.endswith(".so"), spool_over=0)}  # fmt: skip
     assert {k: got[k] for k in libs} == libs
