@@ -10,6 +10,7 @@ line, never a `requests` traceback.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Iterator
@@ -330,8 +331,12 @@ class OpenAIClient:
         finally:
             # the body's own close: it stops its reading thread, then closes the response. Closing
             # the response here instead, after a break at [DONE], raced that thread's last read
-            # (ValueError "I/O operation on closed file" from http.client's flush)
+            # (ValueError "I/O operation on closed file" from http.client's flush). A body never
+            # started has no thread and no close of its own, so the response is closed here
+            never_started = inspect.getgeneratorstate(pieces) == inspect.GEN_CREATED
             pieces.close()
+            if never_started:
+                resp.close()
         result.text = "".join(result.pieces)
         return result
 

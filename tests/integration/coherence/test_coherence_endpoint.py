@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable
 
 import pytest
@@ -133,3 +134,35 @@ def test_base_model_without_chat_template_passes_on_completions_only(run_fake: F
     combo = section["combinations"][0]
     assert section["status"] == "passed", combo["reasons"]
     assert {r.split("/")[-1] for r in combo["probes"]["answers"]} == {"completions"}
+
+
+def test_a_stream_whose_body_is_never_read_still_closes_its_response(
+    run_fake: Fake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body generator closes the response only once started; an event parser that fails
+    before its first pull must not leave the connection open."""
+    from spark_images.coherence import client as client_module
+
+    def failing_sse(_chunks: object) -> object:
+        raise client_module.ServerError("parser refused before reading")
+
+    sent: list[object] = []
+    real_post = OpenAIClient._post
+
+    def spying_post(self: OpenAIClient, *args: object, **kwargs: object) -> object:
+        resp, deadline = real_post(self, *args, **kwargs)  # type: ignore[arg-type]
+        sent.append(resp)
+        return resp, deadline
+
+    monkeypatch.setattr(client_module, "iter_sse", failing_sse)
+    monkeypatch.setattr(OpenAIClient, "_post", spying_post)
+    with run_fake("coherent") as url:
+        client = OpenAIClient(url, "test/model", timeout_s=10)
+        for _ in range(150):  # the stand-in starts in a moment; the gate polls health the same way
+            if client.health(timeout_s=1.0) == 200:
+                break
+            time.sleep(0.1)
+        with pytest.raises(client_module.ServerError, match="parser refused"):
+            client.stream_chat("Say hi", 8)
+    assert len(sent) == 1
+    assert sent[0].raw.closed  # type: ignore[attr-defined]
