@@ -435,9 +435,16 @@ def _regular(stream: ForwardStream, entry: _Entry, name: str, spool_over: int | 
 
 # decompressed bytes that inflation may run ahead of the walk, across layers: the walk's work and
 # the inflater's differ from layer to layer (a layer of 40k small files is all tar headers, a
-# layer of model weights all inflation), and with a few chunks of slack one waited for the other;
-# 64 MiB to 1 GiB all timed the same on the 2 GB archive of benchmarks/at_limit.py, so the least
+# layer of model weights all inflation), and with a few chunks of slack one waited for the other.
+# A download is bound by the network, and the registry check keeps its peak RSS under 512 MiB:
+# 64 MiB (64 MiB to 1 GiB all timed the same on the 2 GB archive of benchmarks/at_limit.py).
 AHEAD_BYTES = 64 << 20
+# an archive on disk: the walk stalls for a second or more on each big library (the proofs of
+# libcublasLt's and libtorch_cuda's cubins) while the inflater, which never waits on the disk,
+# could run on. With 512 MiB of slack the inflater keeps its core through those stalls: the real
+# cu130 archive's check.gather 12.2-12.5 s -> 10.3-10.7 s on 2 cores (benchmarks/RESULTS.md),
+# for ~0.5 GiB more peak RSS
+AHEAD_LOCAL_BYTES = 512 << 20
 _LAYER_END = b""  # what the inflating thread puts between two layers (a chunk is never empty)
 
 
@@ -446,15 +453,16 @@ def read_layers(
 ) -> Iterator[Member]:  # fmt: skip
     """Merge layers (given bottom first) into the visible files, reading top first.
 
-    One thread inflates the layers one after another, up to AHEAD_BYTES ahead
-    of the walk, so the next layer is already inflating while this one's last
-    members are parsed. `local`: the openers read a file on disk, in that thread
+    One thread inflates the layers one after another, up to AHEAD_BYTES
+    (AHEAD_LOCAL_BYTES from a file on disk) ahead of the walk, so the next
+    layer is already inflating while this one's last members are parsed. `local`: the openers read a file on disk, in that thread
     (`streams.inflated`)."""
     overlay = Overlay()
     top_first = list(reversed(layers))
     # ISA-L, zstd, sha256 and file reads release the GIL: decompression runs in a thread ahead of
     # the tar parsing, spooling and scanning done here, so the two overlap
-    chunks = run_ahead(_inflated_layers(top_first, local), weigh=len, budget=AHEAD_BYTES)
+    ahead = AHEAD_LOCAL_BYTES if local else AHEAD_BYTES
+    chunks = run_ahead(_inflated_layers(top_first, local), weigh=len, budget=ahead)
     arena = SpoolArena()  # the spooled members of every layer reuse its pages
     try:
         for digest, _open in top_first:
