@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import io
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 
 from spark_images.core.errors import UsageError
 from spark_images.readers import digests
-from spark_images.readers.blob_hash import hash_range
+from spark_images.readers.blob_hash import hash_range, map_range
 from spark_images.readers.digests import SideDigests
 from support.oci_blobs import digest_of
 from support.oci_blobs import layer_tar as layer
@@ -89,6 +90,45 @@ def test_a_blob_past_the_end_of_the_file_is_refused(tmp_path: Path) -> None:
                 pytest.raises(UsageError),
             ):
                 side.check(past[0][0])
+    finally:
+        os.close(fd)
+
+
+def test_the_mapped_hash_answers_as_the_read_one(tmp_path: Path) -> None:
+    """The child hashes through windows of mappings: every range, aligned or not, across
+    window ends or inside one, gives hashlib's digest of the same bytes, as a read does."""
+    grain = mmap.ALLOCATIONGRANULARITY
+    data = os.urandom(7 * grain + 123)
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        ranges = [(0, len(data)), (7, 3 * grain), (grain - 1, 2), (grain, grain), (5 * grain + 9, 2 * grain + 100), (3, 0)]
+        for offset, size in ranges:
+            want = hashlib.sha256(data[offset : offset + size]).hexdigest()
+            for window in (grain, 2 * grain, 1 << 26):
+                assert map_range(fd, "sha256", offset, size, window) == want, (offset, size, window)
+            assert hash_range(fd, "sha256", offset, size) == want
+        assert map_range(fd, "sha512", 11, 4 * grain) == hashlib.sha512(data[11 : 11 + 4 * grain]).hexdigest()
+        assert map_range(fd, "sha256", len(data) - 10, 11) == "short"
+        assert map_range(fd, "sha256", len(data) + 1, 0) == "short"
+    finally:
+        os.close(fd)
+
+
+def test_a_file_that_cannot_be_mapped_is_read(tmp_path: Path) -> None:
+    """A kernel attribute file says 4096 bytes and refuses mmap: the child reads it instead,
+    and a range past what it really holds is refused as short."""
+    attribute = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not attribute.is_file():
+        pytest.skip(f"{attribute} is not on this host")
+    real = attribute.read_bytes()
+    fd = os.open(attribute, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError):
+            mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        assert map_range(fd, "sha256", 0, 10) == hashlib.sha256(real[:10]).hexdigest()
+        assert map_range(fd, "sha256", 0, 4096) == "short"
     finally:
         os.close(fd)
 
