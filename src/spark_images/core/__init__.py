@@ -2,5 +2,6 @@
 
 Owns: `errors` (problems, exit codes), `inputs` (bounded, strict reads of files
 people hand us; one-line messages), `atomic` (writes that never leave half a
-file). Imports nothing of spark_images but `defaults`.
+file), `buffers` (a buffer's address for the libc calls that run without the GIL:
+memmem, madvise). Imports nothing of spark_images but `defaults`.
 """

@@ -12,45 +12,9 @@ buffer's own `find` answers, with the same result.
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 
-
-class _Py_buffer(ctypes.Structure):  # CPython's own name for it
-    """CPython's buffer view (Include/pybuffer.h), enough to learn a read-only buffer's address."""
-
-    _fields_ = [
-        ("buf", ctypes.c_void_p),
-        ("obj", ctypes.c_void_p),  # a new reference, dropped by PyBuffer_Release
-        ("len", ctypes.c_ssize_t),
-        ("itemsize", ctypes.c_ssize_t),
-        ("readonly", ctypes.c_int),
-        ("ndim", ctypes.c_int),
-        ("format", ctypes.c_char_p),
-        ("shape", ctypes.c_void_p),
-        ("strides", ctypes.c_void_p),
-        ("suboffsets", ctypes.c_void_p),
-        ("internal", ctypes.c_void_p),
-    ]
-
-
-def _libc_memmem() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    try:
-        fn = ctypes.CDLL(None).memmem
-    except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_void_p
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
-    return fn
-
-
-_MEMMEM = _libc_memmem()
-# Function objects of our own, from prototypes: `ctypes.pythonapi.NAME` is one object per
-# process, whose argtypes any other importer (or a second copy of this module) may replace
-_GET_BUFFER = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_Py_buffer), ctypes.c_int)(
-    ("PyObject_GetBuffer", ctypes.pythonapi)
-)
-_RELEASE_BUFFER = ctypes.PYFUNCTYPE(None, ctypes.POINTER(_Py_buffer))(("PyBuffer_Release", ctypes.pythonapi))
+from spark_images.core.buffers import MEMMEM, Exported
 
 
 class Searcher:
@@ -62,14 +26,15 @@ class Searcher:
 
     def __init__(self, data: bytes | mmap.mmap) -> None:
         self.data = data
-        self._view: _Py_buffer | None = None
+        self._held: Exported | None = None
         self._base = 0
-        if _MEMMEM is None or len(data) == 0:
+        if MEMMEM is None or len(data) == 0:
             return
-        view = _Py_buffer()
-        if _GET_BUFFER(data, ctypes.byref(view), 0) != 0 or not view.buf or view.len != len(data):
+        held = Exported(data)
+        if not held.address:
+            held.close()
             return
-        self._view, self._base = view, int(view.buf)
+        self._held, self._base = held, held.address
 
     def __enter__(self) -> Searcher:
         return self
@@ -78,9 +43,9 @@ class Searcher:
         self.close()
 
     def close(self) -> None:
-        if self._view is not None:
-            _RELEASE_BUFFER(ctypes.byref(self._view))
-            self._view = None
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     def find(self, needle: bytes, start: int, stop: int) -> int:
         # bounds as bytes.find takes them (CPython's ADJUST_INDICES): negative ones count from the
@@ -93,7 +58,7 @@ class Searcher:
             return -1
         if not needle:
             return start
-        if self._view is None:  # set only where memmem exists
+        if self._held is None:  # set only where memmem exists
             return self.data.find(needle, start, stop)
-        hit = _MEMMEM(self._base + start, stop - start, needle, len(needle))
+        hit = MEMMEM(self._base + start, stop - start, needle, len(needle))
         return -1 if hit is None else int(hit) - self._base

@@ -29,6 +29,8 @@ Opener = Callable[[], Iterable[bytes]]
 LAYER_RATIO = 200
 LAYER_RATIO_FLOOR = 256 << 20
 LAYER_MAX = 64 << 30
+# zstd asks its source for this much at a time: the 8 MiB an archive on disk is read in
+ZSTD_READ = 8 << 20
 # what a broken gzip stream raises: ISA-L's own error, and zlib's for an early end
 INFLATE_ERRORS = (isal_zlib.error, zlib.error)
 
@@ -38,7 +40,11 @@ class LayerError(ValueError):
 
 
 class ChunkStream(io.RawIOBase):
-    """A raw stream over an iterator of byte chunks; counts what it handed out."""
+    """A raw stream over an iterator of byte chunks; counts what it handed out.
+
+    A chunk may be a view of a buffer its source reads into again for the next one
+    (`images._reused_chunks`): `read(n)` hands out pieces of it, which the caller uses up
+    before it reads again, and `read(-1)` copies each chunk as it comes."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
         super().__init__()
@@ -58,7 +64,8 @@ class ChunkStream(io.RawIOBase):
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
-            parts = [self._buf[self._pos :], *self._iter]
+            # each chunk copied as it comes: a source may hand out views of one reused buffer
+            parts = [bytes(self._buf[self._pos :]), *map(bytes, self._iter)]
             self._buf, self._pos, self._eof = b"", 0, True
             out = b"".join(parts)
         else:
@@ -208,7 +215,7 @@ class Decompressed:
             import zstandard
 
             self._zstd = zstandard.ZstdDecompressor().stream_reader(  # type: ignore[assignment]
-                raw, read_size=READ_CHUNK, read_across_frames=True
+                raw, read_size=ZSTD_READ, read_across_frames=True
             )
             self.mode = "zstd"
         else:
@@ -218,7 +225,8 @@ class Decompressed:
         if self._zstd is not None:
             return self._zstd.read(self.OUT_CHUNK)
         if self._gz is None:
-            return self.raw.read(self.OUT_CHUNK)
+            stored = self.raw.read(self.OUT_CHUNK)  # a view of a reused read buffer: copied out
+            return stored if isinstance(stored, bytes) else bytes(stored)
         while True:
             data = self._gz.unconsumed_tail or self._gz_input or self.raw.read(READ_CHUNK)
             self._gz_input = b""
@@ -277,7 +285,15 @@ def inflated(open_chunks: Opener, ahead: bool = True) -> Iterator[bytes]:
     out fresh pages to be zeroed (pread was 0.43 s of kernel time per 2 GB gather, 0.11 s in one
     thread with its memory reused)."""
     source = open_chunks()
-    yield from Decompressed(ChunkStream(run_ahead(source, depth=8) if ahead else source)).chunks()
+    if ahead:
+        # chunks held in a queue must own their bytes: a source may hand out views of one
+        # reused buffer (`images._reused_chunks`); bytes(...) of a bytes object is that object
+        source = run_ahead(map(_owned, source), depth=8)
+    yield from Decompressed(ChunkStream(source)).chunks()
+
+
+def _owned(chunk: bytes | memoryview) -> bytes:
+    return chunk if isinstance(chunk, bytes) else bytes(chunk)
 
 
 def verified(chunks: Iterable[bytes], digest: str, where: str) -> Iterator[bytes]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_images.core import buffers
 from spark_images.cubins import search
 from spark_images.cubins.fatbin import _CONTAINER_START
 
@@ -28,7 +29,7 @@ def test_find_agrees_with_bytes_find_on_bytes_and_mmap(
     seed: int, through: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if through == "fallback":
-        monkeypatch.setattr(search, "_MEMMEM", None)  # as where libc has no memmem
+        monkeypatch.setattr(search, "MEMMEM", None)  # as where libc has no memmem
     rng = random.Random(seed)
     size = rng.choice([64, 4096, 1 << 20])
     hits = [*sorted(rng.sample(range(0, size - len(NEEDLE)), 5)), 0, size - len(NEEDLE)]
@@ -50,7 +51,7 @@ def test_find_agrees_with_bytes_find_on_bytes_and_mmap(
 def test_memmem_is_what_answers_here() -> None:
     """On glibc the search is the foreign call, not the fallback: what the speed figures measured."""
     with search.Searcher(b"x" * 64 + NEEDLE) as searcher:
-        assert searcher._view is not None
+        assert searcher._held is not None
         assert searcher.find(NEEDLE, 0, 72) == 64
 
 
@@ -58,11 +59,14 @@ def test_a_second_copy_of_the_module_leaves_the_first_working() -> None:
     """ctypes.pythonapi's functions are shared by the whole process: a module that set argtypes
     on them (as a second copy of this one did, in a benchmark that loads old code beside new)
     made every call of the first copy fail with ArgumentError."""
-    spec = importlib.util.spec_from_file_location("search_copy", search.__file__)
+    spec = importlib.util.spec_from_file_location("buffers_copy", buffers.__file__)
     assert spec is not None and spec.loader is not None
     copy = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(copy)
     data = b"\0" * 100 + NEEDLE
-    for module in (search, copy):
-        with module.Searcher(data) as searcher:
-            assert searcher.find(NEEDLE, 0, len(data)) == 100
+    for module in (buffers, copy):
+        held = module.Exported(data)
+        assert held.address != 0
+        held.close()
+    with search.Searcher(data) as searcher:
+        assert searcher.find(NEEDLE, 0, len(data)) == 100
