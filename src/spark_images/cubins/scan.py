@@ -58,13 +58,13 @@ def _add_kernels(
                 lib.problems.append(f"{fb.section}@{fb.offset:#x}: {exc}")
 
 
+_VARIANT_RANK = {"a": 0, "f": 1, "": 2}
+
+
 def load_order(entry: Entry) -> tuple[int, int]:
     """Sort key of the runnable cubins of one unit, the one the driver loads first: the highest SM
     (an exact match before a lower minor of the family), then arch-specific, family, plain."""
     return (-entry.sm, _VARIANT_RANK.get(entry.variant, len(_VARIANT_RANK)))
-
-
-_VARIANT_RANK = {"a": 0, "f": 1, "": 2}
 
 
 def unproven_entries(

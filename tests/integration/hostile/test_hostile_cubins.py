@@ -23,34 +23,19 @@ import zstandard
 from harness import Result, assert_clean_failure, run_cli
 
 from spark_images.cubins.fatbin import scan_binary
+from support.fatbins import FLAG_A, FLAG_F, FLAG_LZ4, FLAG_ZSTD, entry, zstd_cubin
+from support.fatbins import container as fatbin
 from support.oci_blobs import digest_of, layer_tar
 from support.paths import ORACLE_BIN
 
 pytestmark = pytest.mark.processes  # every case runs the CLI as a process under a clock
 
 ORACLE = ORACLE_BIN
-MAGIC = b"\x50\xed\x55\xba"
-FLAG_BASE = 0x1 | 0x10  # 64-bit, Linux host
-FLAG_LZ4, FLAG_ZSTD, FLAG_A, FLAG_F = 0x2000, 0x8000, 0x100000, 0x200000
 WALL_S = 60.0
 RSS_MB = 512.0
 
 
 # --- building blocks ----------------------------------------------------------------------
-
-
-def entry(payload: bytes, *, sm: int, flags: int, kind: int = 2, compressed: int = 0, uncompressed: int = 0) -> bytes:
-    """One fatbin entry (64-byte header + payload padded to 8), fields as in the format reference."""
-    padded = payload + b"\0" * (-len(payload) % 8)
-    head = struct.pack("<HHIQII", kind, 0x0101, 0x40, len(padded), compressed, 0)
-    head += struct.pack("<HHI", 8 if kind == 2 else 0, 1, sm) + struct.pack("<II", 0, 0)
-    head += struct.pack("<QQQ", FLAG_BASE | flags, 0, uncompressed)
-    return head + padded
-
-
-def fatbin(*entries: bytes) -> bytes:
-    body = b"".join(entries)
-    return MAGIC + struct.pack("<HHQ", 1, 0x10, len(body)) + body
 
 
 def cubin(name: str) -> bytes:
@@ -97,8 +82,7 @@ COMPRESSION = ["none", "zstd", "lz4"]
 
 def _pack(payload: bytes, sm: int, flags: int, compression: str) -> bytes:
     if compression == "zstd":
-        packed = zstandard.ZstdCompressor().compress(payload)
-        return entry(packed, sm=sm, flags=flags | FLAG_ZSTD, compressed=len(packed), uncompressed=len(payload))
+        return zstd_cubin(payload, sm=sm, flags=flags)
     if compression == "lz4":
         import lz4.block
 

@@ -6,35 +6,18 @@ and from forged payloads; each test counts which payloads the scan decompressed.
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pytest
-import zstandard
 
 from spark_images.cubins import fatbin as fb
 from spark_images.cubins import scan_target
 from spark_images.cubins import verdict as v
 from spark_images.cubins.scan import load_order, unproven_entries
+from support.fatbins import FLAG_A, FLAG_F, container, zstd_cubin
 from support.paths import ORACLE_BIN
 
 SPARK = v.parse_gpu("sm_121")
-FLAG_BASE, FLAG_ZSTD, FLAG_A, FLAG_F = 0x11, 0x8000, 0x100000, 0x200000
-
-
-def zstd_entry(payload: bytes, sm: int, flags: int) -> bytes:
-    """One zstd cubin entry (64-byte header, fields as in the format reference)."""
-    packed = zstandard.ZstdCompressor().compress(payload)
-    padded = packed + b"\0" * (-len(packed) % 8)
-    head = struct.pack("<HHIQII", 2, 0x0101, 0x40, len(padded), len(packed), 0)
-    head += struct.pack("<HHI", 8, 1, sm) + struct.pack("<II", 0, 0)
-    head += struct.pack("<QQQ", FLAG_BASE | FLAG_ZSTD | flags, 0, len(payload))
-    return head + padded
-
-
-def container(*entries: bytes) -> bytes:
-    body = b"".join(entries)
-    return fb.FATBIN_MAGIC + struct.pack("<HHQ", 1, 0x10, len(body)) + body
 
 
 def cubin(name: str) -> bytes:
@@ -62,7 +45,11 @@ def test_the_driver_order_puts_the_exact_sm_first() -> None:
 
 def test_a_proven_best_cubin_leaves_its_runnable_siblings_unread() -> None:
     best = cubin("k_sm121a.cubin")
-    data = container(zstd_entry(FORGED, 120, 0), zstd_entry(cubin("k_sm120f.cubin"), 120, FLAG_F), zstd_entry(best, 121, FLAG_A))
+    data = container(
+        zstd_cubin(FORGED, sm=120, flags=0),
+        zstd_cubin(cubin("k_sm120f.cubin"), sm=120, flags=FLAG_F),
+        zstd_cubin(best, sm=121, flags=FLAG_A),
+    )
     rejected, inflated = proven(data)
     assert rejected == {}
     assert inflated == len(best)  # neither sm_120 sibling was decompressed, not even the forged one
@@ -70,7 +57,7 @@ def test_a_proven_best_cubin_leaves_its_runnable_siblings_unread() -> None:
 
 def test_a_forged_best_cubin_is_rejected_and_the_next_one_decides(tmp_path: Path) -> None:
     honest = cubin("k_sm120f.cubin")
-    data = container(zstd_entry(honest, 120, FLAG_F), zstd_entry(FORGED, 121, FLAG_A))
+    data = container(zstd_cubin(honest, sm=120, flags=FLAG_F), zstd_cubin(FORGED, sm=121, flags=FLAG_A))
     rejected, inflated = proven(data)
     assert list(rejected) == [(0, 1)] and "sm_121a" in rejected[(0, 1)]
     assert inflated == len(FORGED) + len(honest)
@@ -84,7 +71,7 @@ def test_a_forged_best_cubin_is_rejected_and_the_next_one_decides(tmp_path: Path
 
 @pytest.mark.parametrize("claims", [((121, FLAG_A), (120, FLAG_F), (120, 0)), ((120, 0), (120, FLAG_F))])
 def test_a_unit_of_forgeries_has_every_runnable_one_rejected(tmp_path: Path, claims: tuple[tuple[int, int], ...]) -> None:
-    data = container(*(zstd_entry(FORGED, sm, flags) for sm, flags in claims))
+    data = container(*(zstd_cubin(FORGED, sm=sm, flags=flags) for sm, flags in claims))
     rejected, _ = proven(data)
     assert sorted(rejected) == [(0, i) for i in range(len(claims))]
     path = tmp_path / "forged-all.fatbin"
@@ -95,7 +82,7 @@ def test_a_unit_of_forgeries_has_every_runnable_one_rejected(tmp_path: Path, cla
 
 def test_at_one_sm_the_family_claim_is_read_before_the_plain_cubin() -> None:
     plain = cubin("k_sm120.cubin")
-    data = container(zstd_entry(plain, 120, 0), zstd_entry(FORGED, 120, FLAG_F))
+    data = container(zstd_cubin(plain, sm=120, flags=0), zstd_cubin(FORGED, sm=120, flags=FLAG_F))
     rejected, inflated = proven(data)
     assert list(rejected) == [(0, 1)]  # the family claim came first and failed; plain sm_120 decided
     assert inflated == len(FORGED) + len(plain)
@@ -103,7 +90,7 @@ def test_at_one_sm_the_family_claim_is_read_before_the_plain_cubin() -> None:
 
 def test_a_kernel_listing_proves_every_runnable_cubin(tmp_path: Path) -> None:
     """The listing reads every payload anyway, so a lying sibling is rejected, not listed."""
-    data = container(zstd_entry(FORGED, 120, 0), zstd_entry(cubin("k_sm121a.cubin"), 121, FLAG_A))
+    data = container(zstd_cubin(FORGED, sm=120, flags=0), zstd_cubin(cubin("k_sm121a.cubin"), sm=121, flags=FLAG_A))
     path = tmp_path / "forged-sibling.fatbin"
     path.write_bytes(data)
     (quick,) = scan_target(str(path)).to_json()["libraries"]

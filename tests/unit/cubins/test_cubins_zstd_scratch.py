@@ -8,7 +8,6 @@ the hostile one is read into it.
 
 from __future__ import annotations
 
-import struct
 import threading
 
 import pytest
@@ -21,21 +20,15 @@ from spark_images.cubins.fatbin import (
     parse_fatbin,
     verify_cubin,
 )
+from support.fatbins import FLAG_A, FLAG_ZSTD, container, entry
 from support.paths import ORACLE_BIN
 
-FLAG_BASE = 0x1 | 0x10  # 64-bit, Linux host
-FLAG_ZSTD, FLAG_A = 0x8000, 0x100000
 GOOD = (ORACLE_BIN / "cubins" / "k_sm121a.cubin").read_bytes()
 
 
 def _zstd_fatbin(frame: bytes, declared: int) -> bytes:
     """One container of one zstd cubin entry claiming sm_121a, `declared` bytes uncompressed."""
-    padded = frame + b"\0" * (-len(frame) % 8)
-    head = struct.pack("<HHIQII", 2, 0x0101, 0x40, len(padded), len(frame), 0)
-    head += struct.pack("<HHI", 8, 1, 121) + struct.pack("<II", 0, 0)
-    head += struct.pack("<QQQ", FLAG_BASE | FLAG_A | FLAG_ZSTD, 0, declared)
-    body = head + padded
-    return b"\x50\xed\x55\xba" + struct.pack("<HHQ", 1, 0x10, len(body)) + body
+    return container(entry(frame, sm=121, flags=FLAG_A | FLAG_ZSTD, compressed=len(frame), uncompressed=declared))
 
 
 def _prove(data: bytes) -> str:
