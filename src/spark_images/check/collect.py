@@ -96,7 +96,9 @@ def read_config(target: str, kind: str) -> tuple[ImageConfig | None, str | None]
 # --- the one pass ----------------------------------------------------------------------
 
 
-def _members(target: str, want: artifacts.Want, progress: artifacts.Progress | None) -> Iterator[artifacts.Member]:
+def _members(
+    target: str, want: artifacts.Want, progress: artifacts.Progress | None, sieve: artifacts.Sieve | None = None
+) -> Iterator[artifacts.Member]:  # fmt: skip
     """Members of the target; a directory of wheels (a wheel set) is read wheel by wheel."""
     path = Path(target)
     if path.is_dir():
@@ -105,7 +107,7 @@ def _members(target: str, want: artifacts.Want, progress: artifacts.Progress | N
             for wheel in wheels:
                 yield from artifacts.iter_members(str(wheel), want, progress=progress, spool_over=SPOOL_OVER)
             return
-    yield from artifacts.iter_members(target, want, progress=progress, spool_over=SPOOL_OVER)
+    yield from artifacts.iter_members(target, want, progress=progress, spool_over=SPOOL_OVER, sieve=sieve)
 
 
 def gather(
@@ -125,6 +127,7 @@ def gather(
     vLLM's .py sources this way); `kernels`: list each library's kernels.
     """
     from spark_images.cubins import scan_members
+    from spark_images.cubins.sift import HostLibrarySieve
     from spark_images.cubins.verdict import parse_gpu
 
     try:
@@ -141,15 +144,22 @@ def gather(
     unreadable: list[dict[str, str]] = []
     seen = 0
 
+    def sifts(path: str) -> bool:
+        # a library no other reader of the pass wants whole may come as the cubin scan's summary
+        return is_device_code_candidate(path) and not collector.wants(path) and not (also is not None and also.wants(path))
+
     def device_code() -> Iterator[artifacts.Member]:
         # the inventory takes its small files on the way; the cubin parser gets the
         # candidates straight from the reader (a spooled one stays a mapping of the
         # reader's file): no copy to a scratch directory, no second read
         nonlocal seen
-        for member in _members(target, want, progress):
+        for member in _members(target, want, progress, HostLibrarySieve(sifts)):
             seen += 1
             if member.data is None:
-                unreadable.append({"path": member.path, "error": member.error})
+                if member.summary is None:
+                    unreadable.append({"path": member.path, "error": member.error})
+                else:
+                    yield member  # sifted: the cubin scan's own answer, and nobody else wanted it
                 continue
             if collector.wants(member.path):
                 collector.add(member.path, member.data)

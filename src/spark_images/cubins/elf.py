@@ -12,7 +12,7 @@ import re
 import struct
 from itertools import accumulate, count
 from operator import add, itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 ELF_MAGIC = b"\x7fELF"
 EM_CUDA = 190
@@ -21,6 +21,14 @@ _MAX_SECTIONS = 1 << 20
 
 class ElfError(ValueError):
     """The bytes are not a readable ELF64 little-endian file."""
+
+
+class Sliceable(Protocol):
+    """What `sections` reads of a file: its length and slices of it (bytes, a mapping, or pieces)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, key: slice, /) -> bytes | memoryview: ...
 
 
 class Section(NamedTuple):
@@ -71,7 +79,7 @@ _FIRST = itemgetter(0)
 
 
 def sections(
-    data: bytes | memoryview, header: ElfHeader | None = None, names: re.Pattern[bytes] | None = None
+    data: bytes | memoryview | Sliceable, header: ElfHeader | None = None, names: re.Pattern[bytes] | None = None
 ) -> list[Section]:
     """All sections with names; [] when the section header table is stripped.
 

@@ -504,18 +504,7 @@ def _scan_binary(data: Buffer, search: Searcher) -> BinaryScan:
         except (elf.ElfError, struct.error) as exc:
             return BinaryScan(kind="cubin", problems=(f"unreadable cubin: {exc}",))
     problems: list[str] = []
-    warnings: list[str] = []
-    secs: list[elf.Section] | None
-    try:
-        secs = elf.sections(data, hdr)
-        for sec in secs:
-            stop = sec.offset + sec.size
-            if sec.name in FATBIN_SECTIONS and sec.type != elf.SHT_NOBITS and stop > len(data):
-                raise elf.ElfError(f"section {sec.name} ends at {stop}, past the end of the file ({len(data)} bytes)")
-    except (elf.ElfError, struct.error) as exc:
-        # a table that lies could hide device code: never read that as "no GPU code"
-        warnings.append(f"section table cannot be trusted ({exc}); searched the whole file for fatbins instead")
-        secs = None
+    secs, warnings = _trusted_sections(data, hdr)
     if secs:
         found: list[Fatbin] = []
         spans = sorted((sec.offset, sec.offset + sec.size) for sec in secs
@@ -531,7 +520,29 @@ def _scan_binary(data: Buffer, search: Searcher) -> BinaryScan:
         # no section headers (stripped, or untrusted): accept consistent magic hits only
         fatbins = tuple(iter_fatbins(view, 0, len(data), "scan", search))
     problems.extend(_fatbin_problems(fatbins))
-    return BinaryScan(kind="elf", fatbins=fatbins, problems=tuple(problems), warnings=tuple(warnings))
+    return BinaryScan(kind="elf", fatbins=fatbins, problems=tuple(problems), warnings=warnings)
+
+
+def _trusted_sections(data: Buffer | elf.Sliceable, hdr: elf.ElfHeader) -> tuple[list[elf.Section] | None, tuple[str, ...]]:
+    """A host library's sections, or None (and the warning) where its table cannot be trusted."""
+    try:
+        secs = elf.sections(data, hdr)
+        for sec in secs:
+            stop = sec.offset + sec.size
+            if sec.name in FATBIN_SECTIONS and sec.type != elf.SHT_NOBITS and stop > len(data):
+                raise elf.ElfError(f"section {sec.name} ends at {stop}, past the end of the file ({len(data)} bytes)")
+    except (elf.ElfError, struct.error) as exc:
+        # a table that lies could hide device code: never read that as "no GPU code"
+        return None, (f"section table cannot be trusted ({exc}); searched the whole file for fatbins instead",)
+    return secs, ()
+
+
+def magic_free_scan(data: Buffer | elf.Sliceable, hdr: elf.ElfHeader) -> BinaryScan:
+    """`scan_binary` of a host ELF library (not EM_CUDA; `hdr` read) in which the container magic
+    occurs nowhere: no fatbin can be found by any search, so what it says rests on the section
+    table alone, read from the few places of `data` it names (header, table, name table)."""
+    _secs, warnings = _trusted_sections(data, hdr)
+    return BinaryScan(kind="elf", warnings=warnings)
 
 
 def _gaps(spans: list[tuple[int, int]], size: int) -> Iterator[tuple[int, int]]:

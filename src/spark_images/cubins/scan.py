@@ -18,6 +18,7 @@ from spark_images.cubins import elf
 from spark_images.cubins import verdict as v
 from spark_images.cubins.fatbin import (
     EMBEDDED,
+    BinaryScan,
     Budget,
     Buffer,
     Entry,
@@ -29,6 +30,7 @@ from spark_images.cubins.fatbin import (
     verify_cubin,
 )
 from spark_images.cubins.report import CubinReport, Library, Unit, library_from_scan
+from spark_images.cubins.sift import HostLibrarySieve
 from spark_images.readers import artifacts
 
 _SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
@@ -121,7 +123,8 @@ def scan_target(
         raise UsageError(f"--gpu {gpu}: {exc}") from exc
     single_file = artifacts.target_kind(target) == artifacts.KIND_FILE
     want = (lambda _p: True) if single_file else is_candidate
-    members = artifacts.iter_members(target, want, progress=progress, spool_over=SPOOL_OVER)
+    sieve = None if single_file else HostLibrarySieve(is_candidate)
+    members = artifacts.iter_members(target, want, progress=progress, spool_over=SPOOL_OVER, sieve=sieve)
     return _scan(members, the_gpu, required, target=target, kernels=kernels, single_file=single_file)
 
 
@@ -139,6 +142,7 @@ def scan_members(
     build line): it hands over the candidates (`is_candidate`) as it meets
     them; each member's data is used before the next one is pulled, so a
     spooled member's mapping may be dropped by the iterator once it moves on.
+    A member may come as the summary of a `HostLibrarySieve` instead of its bytes.
     """
     try:
         the_gpu = v.parse_gpu(gpu)
@@ -163,10 +167,11 @@ def _scan(
     warnings: list[dict[str, str]] = []
     for member in members:
         scanned.append(member.path)
-        if member.data is None:
+        sifted = member.summary if isinstance(member.summary, BinaryScan) else None  # no bytes kept, none needed
+        if member.data is None and sifted is None:
             unreadable.append({"path": member.path, "error": member.error})
             continue
-        result = scan_binary(member.data)
+        result = sifted or scan_binary(member.data)  # type: ignore[arg-type]
         if result.kind == "cubin":
             # grouped per directory; a lone cubin given as the target stands for itself
             directory = posixpath.dirname(member.path) or member.path

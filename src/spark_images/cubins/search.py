@@ -62,3 +62,18 @@ class Searcher:
             return self.data.find(needle, start, stop)
         hit = MEMMEM(self._base + start, stop - start, needle, len(needle))
         return -1 if hit is None else int(hit) - self._base
+
+
+def holds(piece: memoryview, needle: bytes) -> bool:
+    """Whether `needle` occurs in one contiguous piece of bytes (memmem, GIL given up, where libc
+    has it; the bytes' own search otherwise)."""
+    if len(piece) < len(needle):
+        return False
+    if MEMMEM is not None:
+        held = Exported(piece)  # type: ignore[arg-type]
+        try:
+            if held.address:
+                return MEMMEM(held.address, len(piece), needle, len(needle)) is not None
+        finally:
+            held.close()
+    return needle in bytes(piece)

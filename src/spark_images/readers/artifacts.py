@@ -37,7 +37,7 @@ from typing import Any
 from spark_images import pypi
 from spark_images.core.errors import UsageError
 from spark_images.readers import files, images
-from spark_images.readers.common import MAX_MEMBER, QUIET, Member, Progress, Want
+from spark_images.readers.common import MAX_MEMBER, QUIET, Member, Progress, Sieve, Want
 
 KIND_DIR = "directory"
 KIND_FILE = "file"
@@ -49,7 +49,7 @@ KIND_REGISTRY = "registry"
 
 __all__ = [
     "KIND_DIR", "KIND_DOCKER", "KIND_FILE", "KIND_OCI_ARCHIVE", "KIND_REGISTRY", "KIND_REQUIREMENT",
-    "KIND_WHEEL", "MAX_MEMBER", "Member", "Progress", "Want", "image_digest", "iter_files",
+    "KIND_WHEEL", "MAX_MEMBER", "Member", "Progress", "Sieve", "Want", "image_digest", "iter_files",
     "iter_members", "read_one", "target_kind",
 ]
 
@@ -102,6 +102,7 @@ def iter_members(
     *,
     progress: Progress | None = None,
     spool_over: int | None = None,
+    sieve: Sieve | None = None,
 ) -> Iterator[Member]:
     """Every wanted member of `target`, with bytes or an error; raises for an unopenable target.
 
@@ -109,7 +110,9 @@ def iter_members(
     `mmap` (of the file itself, or of a temporary copy of a zip or layer
     member) instead of bytes, so that a parser that touches only headers
     keeps memory low. The mmap is closed when the iteration moves on; do not
-    keep it (or views of it) past that.
+    keep it (or views of it) past that. `sieve`: image layers show such members
+    to it first, and may give its summary instead of the bytes (`readers.common.Sieve`);
+    the other targets give the bytes.
     """
     prog = progress or QUIET
     kind = target_kind(target)
@@ -120,13 +123,13 @@ def iter_members(
     elif kind == KIND_WHEEL:
         yield from files.wheel_members(Path(target), want, spool_over)
     elif kind == KIND_OCI_ARCHIVE:
-        yield from images.archive_members(Path(target), want, prog, spool_over)
+        yield from images.archive_members(Path(target), want, prog, spool_over, sieve=sieve)
     elif kind == KIND_REQUIREMENT:
         yield from files.requirement_members(target, want, prog, spool_over)
     elif kind == KIND_DOCKER:
-        yield from images.docker_members(target[len("docker://") :], want, prog, spool_over)
+        yield from images.docker_members(target[len("docker://") :], want, prog, spool_over, sieve)
     else:
-        yield from images.registry_members(target, want, prog, spool_over)
+        yield from images.registry_members(target, want, prog, spool_over, sieve)
 
 
 def iter_files(target: str, want: Want, *, progress: Progress | None = None) -> Iterator[tuple[str, bytes]]:

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -62,11 +62,46 @@ def exceeds_ratio(size: int, stored: int, cap: int = MAX_RATIO) -> str:
 
 @dataclass(frozen=True)
 class Member:
-    """One wanted file of a target: its bytes, or why they could not be read."""
+    """One wanted file of a target: its bytes, or why they could not be read, or what a `Sieve`
+    made of them (then `data` is None and `error` empty: the bytes went by and were not kept)."""
 
     path: str
     data: Data | None  # mmap only when iter_members was asked to spool
     error: str = ""
+    summary: object | None = None
+
+
+class SieveRun(Protocol):
+    """One member's bytes as they stream by, in order (see `Sieve`)."""
+
+    def needs_bytes(self, view: memoryview) -> bool:
+        """The next piece; True once the member must be kept whole after all."""
+        ...
+
+    def summary(self, views: Sequence[memoryview], size: int) -> object | None:
+        """What the consumer needs of the member, from all of its pieces; None: keep it whole."""
+        ...
+
+
+class Sieve(Protocol):
+    """A consumer that may answer for a big member from its bytes as they stream by.
+
+    A layer reader would copy a spooled member into memory (`spool`) only for its
+    consumer to search it and find nothing: the libraries without device code are
+    2.5 GiB of the real cu130 image. With a sieve, such a member's pieces are
+    shown to it as they are read, held uncopied; when it never asks for the bytes,
+    the member comes with the sieve's `summary` and no data, and the pieces are
+    dropped. A reader that cannot sieve (a directory, a wheel) ignores it: the
+    consumer then gets the bytes, as without one.
+    """
+
+    def sifts(self, path: str) -> bool:
+        """Whether the consumer may take this member's summary for its bytes."""
+        ...
+
+    def start(self) -> SieveRun:
+        """A run over one member's pieces."""
+        ...
 
 
 class Readable(Protocol):
@@ -234,7 +269,8 @@ def _anonymous(size: int) -> mmap.mmap:
     return data
 
 
-def _copy_views(source: Readable, size: int, name: str, put: Callable[[memoryview], None]) -> None:
+def _views_of(source: Readable, size: int, name: str) -> Iterator[memoryview]:
+    """`size` bytes of `source` in pieces: a layer stream's own chunks uncopied, else reads."""
     left = size
     views = getattr(source, "views", None)  # a layer stream hands out its chunks uncopied
     while left > 0:
@@ -242,7 +278,7 @@ def _copy_views(source: Readable, size: int, name: str, put: Callable[[memoryvie
         got = 0
         for view in pieces:
             got += len(view)
-            put(view)
+            yield view
         if not got:
             raise ShortRead(f"{name}: data ends {left} bytes before its declared size {size}")
         left -= got
@@ -261,26 +297,45 @@ def spool(
     """
     if size == 0:
         raise ShortRead(f"{name}: empty")  # mmap cannot map an empty file; callers read it instead
+
+    def runs_past() -> bool:
+        return not framed and bool(source.read(1))
+
+    return spool_views(_views_of(source, size, name), size, name, arena, runs_past)
+
+
+def spool_views(
+    views: Iterable[memoryview], size: int, name: str, arena: SpoolArena | None = None,
+    runs_past: Callable[[], bool] = lambda: False,
+) -> mmap.mmap:  # fmt: skip
+    """`spool` of a member given as its pieces (which must add up to `size`; ShortRead otherwise)."""
     region = arena.reserve(size) if arena is not None and size <= MEMORY_SPOOL else None
+    at = 0
+
+    def counted(put: Callable[[memoryview], None]) -> None:
+        nonlocal at
+        for view in views:
+            if at + len(view) > size:  # only an unframed source can run past (by its one extra byte)
+                raise ShortRead(f"{name}: data runs past its declared size {size}")
+            put(view)
+            at += len(view)
+        if at < size:
+            raise ShortRead(f"{name}: data ends {size - at} bytes before its declared size {size}")
+        if runs_past():
+            raise ShortRead(f"{name}: data runs past its declared size {size}")
+
     if region is not None or size <= MEMORY_SPOOL:
         # into the arena's region by pwrite, else into fresh anonymous memory
         anonymous = _anonymous(size) if region is None else None
-        at = 0
 
         def put(view: memoryview) -> None:
-            nonlocal at
-            if at + len(view) > size:  # only an unframed source can run past (by its one extra byte)
-                raise ShortRead(f"{name}: data runs past its declared size {size}")
             if anonymous is not None:
                 anonymous[at : at + len(view)] = view
             else:
                 arena.write(region[0] + at, view)  # type: ignore[union-attr, index]
-            at += len(view)
 
         try:
-            _copy_views(source, size, name, put)
-            if not framed and source.read(1):
-                raise ShortRead(f"{name}: data runs past its declared size {size}")
+            counted(put)
             return anonymous if anonymous is not None else arena.mapped(region, size)  # type: ignore[union-attr, arg-type]
         except BaseException:
             if anonymous is not None:
@@ -296,9 +351,7 @@ def spool(
             while view:
                 view = view[fh.write(view) :]
 
-        _copy_views(source, size, name, write)
-        if not framed and source.read(1):
-            raise ShortRead(f"{name}: data runs past its declared size {size}")
+        counted(write)
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 

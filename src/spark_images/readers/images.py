@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from spark_images.core.errors import UsageError
-from spark_images.readers.common import READ_CHUNK, Member, Progress, Want
+from spark_images.readers.common import READ_CHUNK, Member, Progress, Sieve, Want
 from spark_images.readers.digests import SideDigests
 from spark_images.readers.layers import read_layers
 from spark_images.readers.streams import Opener, verified
@@ -322,11 +322,12 @@ def _digest_from_name(name: str) -> str:
 
 
 def archive_members(
-    path: Path, want: Want, progress: Progress, spool_over: int | None = None, where: str | None = None
-) -> Iterator[Member]:
+    path: Path, want: Want, progress: Progress, spool_over: int | None = None, where: str | None = None,
+    sieve: Sieve | None = None,
+) -> Iterator[Member]:  # fmt: skip
     archive = ImageArchive(path, where)
     with archive.walk_layers(progress) as layers:
-        yield from read_layers(layers, want, archive.where, spool_over, local=True)
+        yield from read_layers(layers, want, archive.where, spool_over, local=True, sieve=sieve)
     progress.finish()
 
 
@@ -335,7 +336,9 @@ def archive_digest(path: Path) -> str | None:
     return ImageArchive(path).image()[0]
 
 
-def docker_members(name: str, want: Want, progress: Progress, spool_over: int | None = None) -> Iterator[Member]:
+def docker_members(
+    name: str, want: Want, progress: Progress, spool_over: int | None = None, sieve: Sieve | None = None
+) -> Iterator[Member]:  # fmt: skip
     from spark_images.engine import images
 
     where = f"docker://{name}"
@@ -343,10 +346,12 @@ def docker_members(name: str, want: Want, progress: Progress, spool_over: int | 
         archive = Path(tmp) / "image.tar"
         progress.note(f"{where}: docker save")
         images.save_image(name, archive)
-        yield from archive_members(archive, want, progress, spool_over, where)
+        yield from archive_members(archive, want, progress, spool_over, where, sieve)
 
 
-def registry_members(target: str, want: Want, progress: Progress, spool_over: int | None = None) -> Iterator[Member]:
+def registry_members(
+    target: str, want: Want, progress: Progress, spool_over: int | None = None, sieve: Sieve | None = None
+) -> Iterator[Member]:  # fmt: skip
     from spark_images.registry.client import RegistryClient, parse_reference
 
     ref = parse_reference(target)
@@ -361,7 +366,7 @@ def registry_members(target: str, want: Want, progress: Progress, spool_over: in
             return client.blob_chunks(d, progress.advance)  # type: ignore[arg-type]
 
         layers.append((desc.digest, opener))
-    yield from read_layers(layers, want, target, spool_over)
+    yield from read_layers(layers, want, target, spool_over, sieve=sieve)
     progress.finish()
 
 

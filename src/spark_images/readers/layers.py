@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import mmap
 import operator
 import struct
@@ -36,6 +37,8 @@ from spark_images.readers.common import (
     Member,
     Readable,
     ShortRead,
+    Sieve,
+    SieveRun,
     SpoolArena,
     Want,
     close_quietly,
@@ -43,6 +46,7 @@ from spark_images.readers.common import (
     read_exact,
     release_pages,
     run_ahead,
+    spool_views,
 )
 from spark_images.readers.streams import INFLATE_ERRORS, ForwardStream, LayerError, Opener, inflated
 
@@ -59,6 +63,10 @@ KEEP_MAPPED = 128 << 20
 # the GIL held, where the arena's pwrite reuses pages without it (the 1.5 GB of 1-64 MiB members
 # of the cu130 image: 190k fewer page faults per scan)
 ARENA_OVER = 1 << 20
+# what a walk holds of one sifted member's chunks (uncopied) while its sieve has not asked for the
+# bytes; past this it is kept whole. The largest library without device code in the cu130 image is
+# libtriton (451 MiB); one with device code shows its first fatbin within 139 MiB (libcublasLt)
+HOLD_MAX = 512 << 20
 
 
 _EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
@@ -171,6 +179,7 @@ class _Kept:
         self.data: dict[str, Data] = {}  # in the order kept
         self.bytes = 0
         self.mapped = 0
+        self.summaries: dict[str, object] = {}  # sifted members: a few small records, kept all
 
     def offer(self, name: str, data: Data) -> bool:
         """Keep `data` if the budget allows; True when kept (then this object closes it)."""
@@ -203,6 +212,7 @@ class _Kept:
         for data in self.data.values():
             close_quietly(data)
         self.data.clear()
+        self.summaries.clear()
         self.bytes = self.mapped = 0
 
 
@@ -356,13 +366,14 @@ def _walk(stream: ForwardStream) -> Iterator[_Entry]:
 
 def layer_members(
     stream: ForwardStream, overlay: Overlay, want: Want, label: str, spool_over: int | None = None,
-    arena: SpoolArena | None = None,
+    arena: SpoolArena | None = None, sieve: Sieve | None = None,
 ) -> Iterator[Member]:  # fmt: skip
     """The visible wanted members of one layer; updates `overlay` when the layer ends.
 
     Every entry goes into this layer's seen and hidden sets, visible or not: a path
     an upper layer already hides stays hidden below it either way, so visibility is
-    worked out for wanted entries only."""
+    worked out for wanted entries only. `sieve`: see `readers.common.Sieve` (members
+    that would be spooled are shown to it first)."""
     new_seen: set[str] = set()
     new_hidden: set[str] = set()
     kept = _Kept()
@@ -385,7 +396,9 @@ def layer_members(
             if not want(name) or not overlay.visible(name):
                 continue
             if kind in tarfile.REGULAR_TYPES:
-                member = _regular(stream, entry, name, spool_over, arena)
+                member = _regular(stream, entry, name, spool_over, arena, sieve)
+                if member.summary is not None:
+                    kept.summaries[name] = member.summary
                 keep = member.data is not None and kept.offer(name, member.data)
                 try:
                     yield member
@@ -397,8 +410,11 @@ def layer_members(
             elif kind == tarfile.LNKTYPE:
                 target = _norm(entry.linkname)
                 data = kept.data.get(target)
+                summary = kept.summaries.get(target)
                 if data is not None:
                     yield Member(name, data)
+                elif summary is not None and sieve is not None and sieve.sifts(name):
+                    yield Member(name, None, summary=summary)  # the same bytes: the same answer
                 else:
                     yield Member(name, None, f"hard link to {target} in {label}: that file was not kept (not wanted, or over the keep budget)")
     except tarfile.TarError as exc:
@@ -418,9 +434,13 @@ def _data(tar: tarfile.TarFile, stream: ForwardStream, info: tarfile.TarInfo) ->
     return stream
 
 
-def _regular(stream: ForwardStream, entry: _Entry, name: str, spool_over: int | None, arena: SpoolArena | None) -> Member:
+def _regular(
+    stream: ForwardStream, entry: _Entry, name: str, spool_over: int | None, arena: SpoolArena | None,
+    sieve: Sieve | None = None,
+) -> Member:  # fmt: skip
     """A regular member's bytes, read from the layer stream where the walk left it (at its data);
-    spooled above `spool_over`, or above ARENA_OVER where the walk has an arena."""
+    spooled above `spool_over`, or above ARENA_OVER where the walk has an arena; shown to `sieve`
+    first where it would be spooled."""
     if entry.sparse:
         return Member(name, None, "a sparse file in the layer: not read (image builders write none)")
     if entry.size > MAX_MEMBER:
@@ -428,9 +448,30 @@ def _regular(stream: ForwardStream, entry: _Entry, name: str, spool_over: int | 
     if spool_over is not None and arena is not None:
         spool_over = min(spool_over, ARENA_OVER)
     try:
+        if sieve is not None and spool_over is not None and entry.size > spool_over and sieve.sifts(name):
+            return _sifted(stream, entry.size, name, sieve.start(), arena)
         return Member(name, read_exact(stream, entry.size, name, spool_over, framed=True, arena=arena))
     except ShortRead as exc:
         raise LayerError(f"tar stream ends inside {name} ({exc})") from exc
+
+
+def _sifted(stream: ForwardStream, size: int, name: str, run: SieveRun, arena: SpoolArena | None) -> Member:
+    """A member shown to a sieve chunk by chunk, held uncopied: its summary where the sieve never
+    asked for the bytes, else the member spooled as `_regular` does (from what was held, then on)."""
+    pieces = stream.views(size)
+    held: list[memoryview] = []
+    got = 0
+    for view in pieces:
+        held.append(view)
+        got += len(view)
+        if run.needs_bytes(view) or got > HOLD_MAX:
+            break
+    else:
+        summary = run.summary(held, size) if got == size else None
+        if summary is not None:
+            return Member(name, None, summary=summary)
+    # the same generator goes on where the loop left it: the view it last gave is in `held`
+    return Member(name, spool_views(itertools.chain(held, pieces), size, name, arena))
 
 
 # decompressed bytes that inflation may run ahead of the walk, across layers: the walk's work and
@@ -449,7 +490,8 @@ _LAYER_END = b""  # what the inflating thread puts between two layers (a chunk i
 
 
 def read_layers(
-    layers: list[tuple[str, Opener]], want: Want, where: str, spool_over: int | None = None, *, local: bool = False
+    layers: list[tuple[str, Opener]], want: Want, where: str, spool_over: int | None = None, *, local: bool = False,
+    sieve: Sieve | None = None,
 ) -> Iterator[Member]:  # fmt: skip
     """Merge layers (given bottom first) into the visible files, reading top first.
 
@@ -468,7 +510,7 @@ def read_layers(
         for digest, _open in top_first:
             stream = ForwardStream(_one_layer(chunks))
             with _unreadable_as_usage(where, digest):
-                yield from layer_members(stream, overlay, want, f"layer {digest}", spool_over, arena)
+                yield from layer_members(stream, overlay, want, f"layer {digest}", spool_over, arena, sieve)
                 stream.drain()
     finally:
         chunks.close()

@@ -1,0 +1,106 @@
+"""The cubin scan's sieve: which big libraries it needs the bytes of (pure, no I/O).
+
+A host ELF library in which the fatbin container magic occurs nowhere holds
+no device code that any search could find: `fatbin.scan_binary` would search
+it whole, find no hit, and answer from its ELF header and section table alone
+(a table that cannot be trusted makes a warning). 2.5 GiB of the real cu130
+image are such libraries (libtriton, libtorch_cpu, the MLIR and LLVM
+builds). `HostLibrarySieve` is shown each one's pieces as a layer reader
+streams them, searches every piece and every seam between two for the magic,
+and answers with that same `BinaryScan` from the three places of the file
+that the section table names, so the reader need not copy the library into
+memory at all. A magic seen, a file that is not a host ELF library, or a
+header that cannot be read asks for the bytes, and the scan reads them as
+before: the sieve can only ever spare the reading of a file in which there
+is nothing to find.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+
+from spark_images.cubins import elf
+from spark_images.cubins.fatbin import _CONTAINER_START, BinaryScan, magic_free_scan
+from spark_images.cubins.search import holds
+
+_SEAM = len(_CONTAINER_START) - 1  # a magic across two pieces has at most this much in each
+_HEAD = 64  # an ELF64 header
+
+
+class Pieces:
+    """A file given as its pieces, in order, read by slices (`elf.Sliceable`) without joining them."""
+
+    def __init__(self, views: Sequence[memoryview]) -> None:
+        self.views = views
+        self.starts = list(accumulate((len(v) for v in views), initial=0))  # one more: the end
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def __getitem__(self, key: slice, /) -> bytes:
+        start, stop, _step = key.indices(len(self))
+        if stop <= start:
+            return b""
+        out = []
+        i = bisect.bisect_right(self.starts, start) - 1
+        while start < stop:
+            view, at = self.views[i], self.starts[i]
+            take = view[start - at : min(stop - at, len(view))]
+            out.append(bytes(take))
+            start += len(take)
+            i += 1
+        return b"".join(out)
+
+
+class _Run:
+    """One library's pieces: asks for the bytes as soon as they could matter (`needs_bytes`)."""
+
+    def __init__(self) -> None:
+        self.head = b""
+        self.header: elf.ElfHeader | None = None
+        self.tail = b""
+
+    def needs_bytes(self, view: memoryview) -> bool:
+        if self.header is None:
+            self.head += bytes(view[: _HEAD - len(self.head)])
+            if len(self.head) == _HEAD and not self._host_library():
+                return True
+        seam = self.tail + bytes(view[:_SEAM])
+        if _CONTAINER_START in seam or holds(view, _CONTAINER_START):
+            return True
+        self.tail = (self.tail + bytes(view[-_SEAM:]))[-_SEAM:]
+        return False
+
+    def _host_library(self) -> bool:
+        if not elf.is_elf(self.head):
+            return False  # a bare fatbin, or no ELF at all: the scan decides from the bytes
+        try:
+            header = elf.read_header(self.head)
+        except (elf.ElfError, struct.error):
+            return False  # its problem is the scan's to report
+        if header.machine == elf.EM_CUDA:
+            return False  # a bare cubin: its payload is what the scan reads
+        self.header = header
+        return True
+
+    def summary(self, views: Sequence[memoryview], size: int) -> BinaryScan | None:
+        if self.header is None:
+            return None  # shorter than an ELF header: never one
+        return magic_free_scan(Pieces(views), self.header)
+
+
+class HostLibrarySieve:
+    """`readers.common.Sieve` for the cubin scan: members whose path `sifts` says (the candidates no
+    other reader of the pass needs whole) may come as their `BinaryScan` instead of their bytes."""
+
+    def __init__(self, sifts: Callable[[str], bool]) -> None:
+        self._sifts = sifts
+
+    def sifts(self, path: str) -> bool:
+        return self._sifts(path)
+
+    def start(self) -> _Run:
+        return _Run()
