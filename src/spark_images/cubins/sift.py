@@ -12,7 +12,8 @@ that the section table names, so the reader need not copy the library into
 memory at all. A magic seen, a file that is not a host ELF library, or a
 header that cannot be read asks for the bytes, and the scan reads them as
 before: the sieve can only ever spare the reading of a file in which there
-is nothing to find.
+is nothing to find. Layers read from a file on disk are sifted; a download is
+not (the held chunks would raise the registry check's peak RSS).
 """
 
 from __future__ import annotations

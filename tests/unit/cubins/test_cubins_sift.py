@@ -207,3 +207,19 @@ def test_a_layer_cut_inside_a_sifted_member_is_unreadable(tmp_path: Path, small_
             tar.addfile(info, io.BytesIO(data))
     with pytest.raises(UsageError, match=r"unreadable.*ends inside lib/host\.so"):
         collect.gather(str(archive))
+
+
+def test_a_downloaded_layer_is_spooled_not_sifted(small_pieces: None) -> None:
+    """Held chunks of a download would be peak RSS the copy frees (the registry check's goal)."""
+    shown: list[str] = []
+
+    class Recording(HostLibrarySieve):
+        def sifts(self, path: str) -> bool:
+            shown.append(path)
+            return True
+
+    blob = gzip.compress(layer_tar({"lib/host.so": HOST}))
+    members = layers.read_layers([("sha256:" + "0" * 64, lambda: [blob])], lambda _p: True, "test", 1, sieve=Recording(lambda _p: True))
+    got = [(m.path, bytes(m.data or b""), m.summary) for m in members]  # read while the walk holds it
+    assert got == [("lib/host.so", HOST, None)]
+    assert shown == []
