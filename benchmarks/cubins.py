@@ -45,6 +45,7 @@ from pathlib import Path
 import _timing  # beside this script
 
 from spark_images import pypi
+from spark_images.core.buffers import keep_freed_memory
 from spark_images.cubins import scan_target
 from spark_images.cubins.scan import is_candidate
 from spark_images.readers.common import READER_SWITCH_INTERVAL
@@ -278,6 +279,7 @@ def main() -> None:
     parser.add_argument("--skip-archive", action="store_true")
     args = parser.parse_args()
     sys.setswitchinterval(READER_SWITCH_INTERVAL)  # as the CLI does: the reader threads get the GIL back sooner
+    keep_freed_memory()  # as the CLI does
     if not args.skip_wheel:
         bench_wheel(args.wheel)
     if not args.skip_archive:
