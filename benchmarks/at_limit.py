@@ -57,9 +57,8 @@ import cubins as cubins_bench  # beside this script: the child runner
 from isal import isal_zlib
 
 from spark_images import check, cubins
-from spark_images.core.buffers import keep_freed_memory
 from spark_images.cubins import elf
-from spark_images.readers.common import READER_SWITCH_INTERVAL
+from spark_images.readers.common import tune_process_for_reading
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLE_LIB = ROOT / "tests" / "data" / "cubins" / "oracle" / "bin" / "lib"
@@ -334,8 +333,7 @@ def profile(label: str, fn: object) -> None:
 
 
 def main() -> int:
-    sys.setswitchinterval(READER_SWITCH_INTERVAL)  # as the CLI does
-    keep_freed_memory()  # as the CLI does
+    tune_process_for_reading()  # as the CLI does
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=float, default=2.6)
     ap.add_argument("--runs", type=int, default=2, help="timed runs; 0 only generates the content")

@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_images import check, cubins
-from spark_images.core.buffers import keep_freed_memory
-from spark_images.readers.common import READER_SWITCH_INTERVAL
+from spark_images.readers.common import tune_process_for_reading
 
 GLOBS = ("vllm/_C*.so",)
 
@@ -86,8 +85,7 @@ def timed_cpu(fn: Callable[[], object], runs: int) -> tuple[float, float]:
 
 
 def main() -> int:
-    sys.setswitchinterval(READER_SWITCH_INTERVAL)  # as the CLI does: the reader threads get the GIL back sooner
-    keep_freed_memory()  # as the CLI does
+    tune_process_for_reading()  # as the CLI does
     ap = argparse.ArgumentParser()
     ap.add_argument("archive", type=Path)
     ap.add_argument("--ref", help="the same image in a registry, HOST/NAME@sha256:...")

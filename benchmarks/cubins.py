@@ -45,10 +45,9 @@ from pathlib import Path
 import _timing  # beside this script
 
 from spark_images import pypi
-from spark_images.core.buffers import keep_freed_memory
 from spark_images.cubins import scan_target
 from spark_images.cubins.scan import is_candidate
-from spark_images.readers.common import READER_SWITCH_INTERVAL
+from spark_images.readers.common import tune_process_for_reading
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLE_BIN = ROOT / "tests" / "data" / "cubins" / "oracle" / "bin"
@@ -278,8 +277,7 @@ def main() -> None:
     parser.add_argument("--skip-registry", action="store_true")
     parser.add_argument("--skip-archive", action="store_true")
     args = parser.parse_args()
-    sys.setswitchinterval(READER_SWITCH_INTERVAL)  # as the CLI does: the reader threads get the GIL back sooner
-    keep_freed_memory()  # as the CLI does
+    tune_process_for_reading()  # as the CLI does
     if not args.skip_wheel:
         bench_wheel(args.wheel)
     if not args.skip_archive:

@@ -18,10 +18,9 @@ import sys
 from collections.abc import Sequence
 
 from spark_images import __version__
-from spark_images.core.buffers import keep_freed_memory
 from spark_images.core.errors import EXIT_USAGE, EnvironmentProblem, Problem, SparkImagesError
 from spark_images.core.inputs import display_path, short
-from spark_images.readers.common import READER_SWITCH_INTERVAL
+from spark_images.readers.common import tune_process_for_reading
 
 COMMANDS: tuple[str, ...] = (
     "validate",
@@ -174,8 +173,7 @@ def _silence_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     tokens = list(sys.argv[1:] if argv is None else argv)
-    sys.setswitchinterval(READER_SWITCH_INTERVAL)
-    keep_freed_memory()
+    tune_process_for_reading()
     closed_stdout = _guard_standard_streams() if argv is None else False
     if closed_stdout and "--json" in tokens:
         print("spark-images: stdout is closed, so the --json document cannot be written "

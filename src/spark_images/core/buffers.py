@@ -105,8 +105,8 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
 # Inflation makes one 8 MiB bytes object per chunk. glibc maps and unmaps each one (or trims the
 # heap top after it), so every chunk's pages fault in and are zeroed afresh: 84% of the page faults
 # of a check of the real cu130 archive (perf). Served from one heap that keeps what is freed, the
-# same pages are reused: faults ~700k -> ~300k, system CPU -1 s, check.gather 9.7-10.2 s ->
-# 8.8-9.2 s, peak RSS +0.2 GB there and +0-8 MiB on the registry check (benchmarks/RESULTS.md)
+# same pages are reused: faults ~650k -> ~300k, system CPU -0.5 to -1.2 s, check.gather 9.10-10.16 s
+# -> 8.60-9.40 s, peak RSS +0.2 GB there and +0-8 MiB on the registry check (benchmarks/RESULTS.md)
 KEEP_FREED = ((M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 1 << 30), (M_ARENA_MAX, 1))
 
 
