@@ -13,10 +13,13 @@ build/NAME/image.oci.tar. Measured, in this one process:
   over the distribution API (what the line did before when it pushed);
 - docker (with --local): the same scan through `docker save` (what the line
   did before when it did not push).
-Prints medians and the archive/plain ratio (goal: at most 1.2), and the
-CPU floor: the scan's CPU per run (threads and the side hasher together)
-spread over this host's cores, against plain. No overlap of the threads can
-bring the ratio below that floor; only less CPU can.
+The three are timed in rounds (plain, archive, stage, then again), so that a
+host whose speed drifts (a shared VM's does by 5-10% within a minute) moves
+each ratio's two sides together. Prints each median, the median of the
+rounds' ratios with their spread (goal: at most 1.2), and the CPU floor: the
+scan's CPU per run (threads and the side hasher together) spread over this
+host's cores, against plain. No overlap of the threads can bring the ratio
+below that floor; only less CPU can.
 """
 
 from __future__ import annotations
@@ -67,6 +70,23 @@ def timed(fn: Callable[[], object], runs: int) -> float:
     return timed_cpu(fn, runs)[0]
 
 
+def timed_rounds(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """(wall, CPU) of each function in each of `rounds` rounds, the functions in turn within a round."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            c0, t0 = _cpu_seconds(), time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t0, _cpu_seconds() - c0))
+    return times
+
+
+def ratio_line(times: list[tuple[float, float]], base: list[tuple[float, float]]) -> str:
+    """The median of the rounds' ratios against `base`, with the lowest and highest."""
+    ratios = sorted(wall / plain for (wall, _), (plain, _) in zip(times, base, strict=True))
+    return f"ratio {statistics.median(ratios):.2f}, rounds {ratios[0]:.2f}-{ratios[-1]:.2f}"
+
+
 def _cpu_seconds() -> float:
     """User and system CPU of this process and its waited-for children (the side hasher)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -94,14 +114,21 @@ def main() -> int:
     args = ap.parse_args()
     size = args.archive.stat().st_size
     print(f"archive {args.archive}: {size / 2**30:.2f} GiB, {plain_read(args.archive) / 2**30:.2f} GiB uncompressed")
-    plain = timed(lambda: plain_read(args.archive), args.runs)
-    archive, archive_cpu = timed_cpu(lambda: cubins.scan_target(str(args.archive), "sm_121", GLOBS), args.runs)
-    stage, stage_cpu = timed_cpu(lambda: check.gather(str(args.archive), "sm_121", required=GLOBS), args.runs)
+    rounds = timed_rounds(
+        {
+            "plain": lambda: plain_read(args.archive),
+            "scan": lambda: cubins.scan_target(str(args.archive), "sm_121", GLOBS),
+            "stage": lambda: check.gather(str(args.archive), "sm_121", required=GLOBS),
+        },
+        args.runs,
+    )
+    plain, archive, stage = (statistics.median(wall for wall, _ in rounds[name]) for name in ("plain", "scan", "stage"))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     print(f"plain read + decompress:        median {plain:.2f} s")
-    print(f"scan of the OCI archive:        median {archive:.2f} s (ratio {archive / plain:.2f}; goal <= 1.2)")
-    print(f"the build's stage (check+scan): median {stage:.2f} s (ratio {stage / plain:.2f}; one read for both)")
-    for name, cpu in (("scan", archive_cpu), ("stage", stage_cpu)):
+    print(f"scan of the OCI archive:        median {archive:.2f} s ({ratio_line(rounds['scan'], rounds['plain'])}; goal <= 1.2)")
+    print(f"the build's stage (check+scan): median {stage:.2f} s ({ratio_line(rounds['stage'], rounds['plain'])}; goal <= 1.2)")
+    for name in ("scan", "stage"):
+        cpu = statistics.median(c for _, c in rounds[name])
         floor = cpu / cores / plain
         print(f"CPU floor of the {name:5s}:         {cpu:.2f} s of CPU on {cores} cores (ratio {floor:.2f} at best)")
     if args.ref:
