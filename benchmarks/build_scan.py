@@ -67,7 +67,8 @@ def plain_read(archive: Path, gzip_module: Any = zlib) -> int:
 
 
 def timed(fn: Callable[[], object], runs: int) -> float:
-    return timed_cpu(fn, runs)[0]
+    """Median wall time of `runs` calls."""
+    return statistics.median(wall for wall, _cpu in timed_rounds({"fn": fn}, runs)["fn"])
 
 
 def timed_rounds(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[tuple[float, float]]]:
@@ -91,17 +92,6 @@ def _cpu_seconds() -> float:
     """User and system CPU of this process and its waited-for children (the side hasher)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def timed_cpu(fn: Callable[[], object], runs: int) -> tuple[float, float]:
-    """Median wall time and median CPU time of `runs` calls."""
-    walls, cpus = [], []
-    for _ in range(runs):
-        c0, t0 = _cpu_seconds(), time.perf_counter()
-        fn()
-        walls.append(time.perf_counter() - t0)
-        cpus.append(_cpu_seconds() - c0)
-    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> int:
