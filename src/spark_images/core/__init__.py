@@ -3,5 +3,6 @@
 Owns: `errors` (problems, exit codes), `inputs` (bounded, strict reads of files
 people hand us; one-line messages), `atomic` (writes that never leave half a
 file), `buffers` (a buffer's address for the libc calls that run without the GIL:
-memmem, madvise). Imports nothing of spark_images but `defaults`.
+memmem, madvise), `pieces` (a file given as its inflated chunks, read by slices and searched
+without joining them). Imports nothing of spark_images but `defaults`.
 """

@@ -65,7 +65,7 @@ _EHDR = struct.Struct("<4sBBxBB7x2xH4x8x8xQI6xHHH")
 def read_header(data: bytes | memoryview) -> ElfHeader:
     if len(data) < 64:
         raise ElfError("not an ELF file (bad magic or shorter than an ELF header)")
-    magic, cls, encoding, osabi, abi, machine, shoff, flags, shentsize, shnum, shstrndx = _EHDR.unpack_from(data)
+    magic, cls, encoding, osabi, abi, machine, shoff, flags, shentsize, shnum, shstrndx = _EHDR.unpack(data[:64])
     if magic != ELF_MAGIC:
         raise ElfError("not an ELF file (bad magic or shorter than an ELF header)")
     if cls != 2 or encoding != 1:

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_images.core.pieces import Pieces
 from spark_images.cubins import elf
 from spark_images.cubins.cubin import CubinInfo, cubin_info
 from spark_images.cubins.search import Searcher
@@ -119,16 +120,24 @@ def _variant_from_flags(flags: int) -> str:
     return ""
 
 
-def _parse_entry(buf: memoryview, pos: int, end: int) -> tuple[Entry, int] | str:
+# an entry header's fields: kind, marker, header size, padded payload size, compressed size,
+# (options), version low and high, SM, (8 bytes), flags, (8 bytes), uncompressed size
+_ENTRY_HEADER = struct.Struct("<HHIQI4xHHI8xQ8xQ")
+# a container header (magic, version, header size, entries size) and its first entry's first fields
+_CONTAINER_HEADER = struct.Struct("<4sHHQHHI")
+# what the parsers read from: one buffer, or a file's pieces read by slices (`core.pieces`)
+Source = memoryview | Pieces
+# what a file's scan is given: its bytes, a mapping of them, or its pieces
+Buffer = bytes | mmap.mmap | Pieces
+
+
+def _parse_entry(buf: Source, pos: int, end: int) -> tuple[Entry, int] | str:
     """Entry at `pos`; returns (entry, next_pos) or a problem string."""
     if pos + ENTRY_MIN_HEADER > end:
         return f"entry header at {pos:#x} runs past the container end {end:#x}"
-    kind_no, marker, hsize = struct.unpack_from("<HHI", buf, pos)
-    padded = struct.unpack_from("<Q", buf, pos + 0x08)[0]
-    compressed, _options = struct.unpack_from("<II", buf, pos + 0x10)
-    ver_lo, ver_hi, sm = struct.unpack_from("<HHI", buf, pos + 0x18)
-    flags = struct.unpack_from("<Q", buf, pos + 0x28)[0]
-    uncompressed = struct.unpack_from("<Q", buf, pos + 0x38)[0]
+    kind_no, marker, hsize, padded, compressed, ver_lo, ver_hi, sm, flags, uncompressed = _ENTRY_HEADER.unpack(
+        buf[pos : pos + ENTRY_MIN_HEADER]
+    )
     if marker != ENTRY_MARKER:
         return f"entry at {pos:#x} has marker {marker:#06x}, expected 0x0101"
     if not ENTRY_MIN_HEADER <= hsize <= ENTRY_MAX_HEADER:
@@ -160,15 +169,14 @@ def _parse_entry(buf: memoryview, pos: int, end: int) -> tuple[Entry, int] | str
     return entry, nxt
 
 
-def _container_header(buf: memoryview, pos: int) -> int | None:
+def _container_header(buf: Source, pos: int) -> int | None:
     """Declared entries size when `pos` holds a consistent container header."""
     if pos + FATBIN_HEADER_SIZE + ENTRY_MIN_HEADER > len(buf):
         return None
-    magic, version, hsize, total = struct.unpack_from("<4sHHQ", buf, pos)
+    magic, version, hsize, total, kind_no, marker, ehsize = _CONTAINER_HEADER.unpack(buf[pos : pos + _CONTAINER_HEADER.size])
     if magic != FATBIN_MAGIC or version != 1 or hsize != FATBIN_HEADER_SIZE or total == 0:
         return None
     # the first entry must look like one: known kind, the 0x0101 marker, a sane header size
-    kind_no, marker, ehsize = struct.unpack_from("<HHI", buf, pos + FATBIN_HEADER_SIZE)
     if kind_no not in _KIND_NAMES or marker != ENTRY_MARKER:
         return None
     if not ENTRY_MIN_HEADER <= ehsize <= ENTRY_MAX_HEADER:
@@ -176,7 +184,7 @@ def _container_header(buf: memoryview, pos: int) -> int | None:
     return int(total)
 
 
-def parse_fatbin(buf: memoryview, pos: int, section: str, limit: int) -> Fatbin | None:
+def parse_fatbin(buf: Source, pos: int, section: str, limit: int) -> Fatbin | None:
     """The container at `pos` (None when the header is not consistent)."""
     total = _container_header(buf, pos)
     if total is None:
@@ -224,11 +232,14 @@ def release(buf: object, start: int, stop: int) -> None:
         buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
 
-def iter_fatbins(buf: memoryview, start: int, stop: int, section: str, search: Searcher | None = None) -> Iterator[Fatbin]:
+def iter_fatbins(buf: Source, start: int, stop: int, section: str, search: Searcher | None = None) -> Iterator[Fatbin]:
     """Every consistent container in buf[start:stop], found by magic.
 
     `search`: a Searcher over `buf`'s whole underlying object (scan_binary makes one per file)."""
     if search is None:
+        if isinstance(buf, Pieces):
+            yield from iter_fatbins(buf, start, stop, section, Searcher(buf))
+            return
         # search the underlying object (bytes or mmap) directly: no copy, and with an
         # mmap only the pages around each hit are touched (and released window by window)
         source = buf.obj
@@ -277,7 +288,7 @@ class Budget:
         self.left -= n
 
 
-def parsed_cubin(buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None) -> CubinInfo:
+def parsed_cubin(buf: Buffer | memoryview, entry: Entry, budget: Budget | None) -> CubinInfo:
     """`cubin_info` of a cubin entry's payload, remembered in `budget` by payload offset.
 
     Raises PayloadError (it does not decompress) or elf.ElfError / struct.error (not a cubin),
@@ -296,10 +307,12 @@ def parsed_cubin(buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budg
     return known
 
 
-def _stored(buf: bytes | memoryview | mmap.mmap, entry: Entry) -> memoryview:
+def _stored(buf: Buffer | memoryview, entry: Entry) -> memoryview:
     end = entry.payload_offset + entry.stored_size
     if end > len(buf):
         raise PayloadError(f"payload of {entry.target} runs past the end of the data")
+    if isinstance(buf, Pieces):
+        return memoryview(buf[entry.payload_offset : end])  # joined only where it crosses a seam
     return memoryview(buf)[entry.payload_offset : end]
 
 
@@ -357,7 +370,7 @@ _scratch = _Scratch()
 
 
 @contextlib.contextmanager
-def _payload(buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None) -> Iterator[memoryview | bytes]:
+def _payload(buf: Buffer | memoryview, entry: Entry, budget: Budget | None) -> Iterator[memoryview | bytes]:
     """The entry's payload within the caps, valid inside the block; PayloadError when it cannot be.
 
     Stored plain, it is a view of `buf`; zstd is inflated into this thread's
@@ -399,7 +412,7 @@ def _check_length(what: str, got: int, size: int) -> None:
 
 
 def decompress_payload(
-    buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None = None
+    buf: Buffer | memoryview, entry: Entry, budget: Budget | None = None
 ) -> bytes:
     """The entry's payload, decompressed within the caps, as bytes of its own; PayloadError when it cannot be."""
     with _payload(buf, entry, budget) as payload:
@@ -407,7 +420,7 @@ def decompress_payload(
 
 
 def verify_cubin(
-    buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None = None
+    buf: Buffer | memoryview, entry: Entry, budget: Budget | None = None
 ) -> CubinInfo:
     """The cubin inside a cubin entry, proven to be what the header says; PayloadError if not.
 
@@ -434,7 +447,7 @@ _PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$%][\w$%]*)")
 
 
 def entry_kernels(
-    buf: bytes | memoryview | mmap.mmap, entry: Entry, budget: Budget | None = None
+    buf: Buffer | memoryview, entry: Entry, budget: Budget | None = None
 ) -> tuple[str, ...]:
     """Kernel names in one entry (cubin `.text.*`, PTX `.entry`); () for LTO-IR."""
     if entry.kind == "ptx":
@@ -451,7 +464,7 @@ def entry_kernels(
 STUB_PROBE_LIMIT = 64 << 10
 
 
-def is_link_stub(buf: bytes | memoryview | mmap.mmap, fatbin: Fatbin, budget: Budget | None = None) -> bool:
+def is_link_stub(buf: Buffer | memoryview, fatbin: Fatbin, budget: Budget | None = None) -> bool:
     """A fatbin with nothing to launch: only small cubins, none holding a kernel (`.text.*`).
 
     CUDA 13 `nvcc -shared` adds such a device-link fatbin per library, listing
@@ -478,9 +491,6 @@ def is_link_stub(buf: bytes | memoryview | mmap.mmap, fatbin: Fatbin, budget: Bu
     return True
 
 
-Buffer = bytes | mmap.mmap
-
-
 def scan_binary(data: Buffer) -> BinaryScan:
     """Find the device code in one file's bytes; never raises on bad input."""
     with Searcher(data) as search:
@@ -488,7 +498,7 @@ def scan_binary(data: Buffer) -> BinaryScan:
 
 
 def _scan_binary(data: Buffer, search: Searcher) -> BinaryScan:
-    view = memoryview(data)
+    view = data if isinstance(data, Pieces) else memoryview(data)
     if not elf.is_elf(data):
         if data[:4] == FATBIN_MAGIC:
             fatbins = tuple(iter_fatbins(view, 0, len(data), "file", search))
@@ -500,7 +510,7 @@ def _scan_binary(data: Buffer, search: Searcher) -> BinaryScan:
         return BinaryScan(kind="none", problems=(str(exc),))
     if hdr.machine == elf.EM_CUDA:
         try:
-            return BinaryScan(kind="cubin", cubin=cubin_info(data))
+            return BinaryScan(kind="cubin", cubin=cubin_info(bytes(data[:]) if isinstance(data, Pieces) else data))
         except (elf.ElfError, struct.error) as exc:
             return BinaryScan(kind="cubin", problems=(f"unreadable cubin: {exc}",))
     problems: list[str] = []

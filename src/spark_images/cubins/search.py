@@ -15,20 +15,22 @@ from __future__ import annotations
 import mmap
 
 from spark_images.core.buffers import MEMMEM, Exported
+from spark_images.core.pieces import Pieces
 
 
 class Searcher:
-    """`find(needle, start, stop)` over one bytes or mmap object, as `bytes.find` answers it.
+    """`find(needle, start, stop)` over one bytes or mmap object (or a file's `Pieces`), as
+    `bytes.find` answers it.
 
     Holds the buffer exported for its lifetime (an mmap cannot be closed
     meanwhile, so the address stays valid); use it as a context manager.
     """
 
-    def __init__(self, data: bytes | mmap.mmap) -> None:
+    def __init__(self, data: bytes | mmap.mmap | Pieces) -> None:
         self.data = data
         self._held: Exported | None = None
         self._base = 0
-        if MEMMEM is None or len(data) == 0:
+        if MEMMEM is None or len(data) == 0 or isinstance(data, Pieces):
             return
         held = Exported(data)
         if not held.address:
@@ -58,7 +60,7 @@ class Searcher:
             return -1
         if not needle:
             return start
-        if self._held is None:  # set only where memmem exists
+        if self._held is None:  # set only where memmem exists (a file's pieces search themselves)
             return self.data.find(needle, start, stop)
         hit = MEMMEM(self._base + start, stop - start, needle, len(needle))
         return -1 if hit is None else int(hit) - self._base

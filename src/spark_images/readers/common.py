@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from spark_images.core import buffers
+from spark_images.core.pieces import Pieces
 
 T = TypeVar("T")
 
 Want = Callable[[str], bool]
-Data = bytes | mmap.mmap
+Data = bytes | mmap.mmap | Pieces  # Pieces: only for a sieve that `takes_pieces`
 READ_CHUNK = 1 << 20
 # download, hashing and inflation run in threads beside the parsing thread; each gives up the
 # GIL inside C and must wait for it back, for up to one switch interval (default 5 ms) while the
@@ -90,6 +91,11 @@ class SieveRun(Protocol):
 
     def summary(self, views: Sequence[memoryview], size: int) -> object | None:
         """What the consumer needs of the member, from all of its pieces; None: keep it whole."""
+        ...
+
+    def takes_pieces(self) -> bool:
+        """Whether the consumer, once it needs the bytes, reads them from the member's pieces as
+        they were inflated (`core.pieces.Pieces`, not copied), rather than from one buffer."""
         ...
 
 
@@ -391,6 +397,8 @@ def release_pages(data: mmap.mmap) -> None:
 
 
 def close_quietly(data: object) -> None:
+    if isinstance(data, Pieces):
+        data.close()
     if isinstance(data, mmap.mmap):
         with contextlib.suppress(BufferError):  # a view still alive: the GC closes it later
             data.close()

@@ -30,8 +30,10 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from spark_images.core.errors import UsageError
+from spark_images.core.pieces import Pieces
 from spark_images.readers.common import (
     MAX_MEMBER,
+    MEMORY_SPOOL,
     READ_CHUNK,
     Data,
     Member,
@@ -64,7 +66,7 @@ KEEP_MAPPED = 128 << 20
 # of the cu130 image: 190k fewer page faults per scan)
 ARENA_OVER = 1 << 20
 # what a walk holds of one sifted member's chunks (uncopied) while its sieve has not asked for the
-# bytes; past this it is kept whole. The largest library without device code in the cu130 image is
+# bytes; past this it is kept whole (as its pieces where the sieve `takes_pieces`, else spooled). The largest library without device code in the cu130 image is
 # libtriton (451 MiB); one with device code shows its first fatbin within 139 MiB (libcublasLt).
 # Only a walk of a file on disk sifts (`read_layers`)
 HOLD_MAX = 512 << 20
@@ -458,7 +460,8 @@ def _regular(
 
 def _sifted(stream: ForwardStream, size: int, name: str, run: SieveRun, arena: SpoolArena | None) -> Member:
     """A member shown to a sieve chunk by chunk, held uncopied: its summary where the sieve never
-    asked for the bytes, else the member spooled as `_regular` does (from what was held, then on)."""
+    asked for the bytes, else its pieces where the sieve's consumer reads those (`takes_pieces`),
+    else the member spooled as `_regular` does (from what was held, then on)."""
     pieces = stream.views(size)
     held: list[memoryview] = []
     got = 0
@@ -472,6 +475,14 @@ def _sifted(stream: ForwardStream, size: int, name: str, run: SieveRun, arena: S
         if summary is not None:
             return Member(name, None, summary=summary)
     # the same generator goes on where the loop left it: the view it last gave is in `held`
+    if size <= MEMORY_SPOOL and run.takes_pieces():
+        # kept as inflated, nothing copied: the consumer reads it by slices. In memory as a spooled
+        # member of this size would be; a larger one still goes to a file on disk
+        held.extend(pieces)
+        got = sum(map(len, held))
+        if got < size:
+            raise ShortRead(f"{name}: data ends {size - got} bytes before its declared size {size}")
+        return Member(name, Pieces(held))
     return Member(name, spool_views(itertools.chain(held, pieces), size, name, arena))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from spark_images.check import collect
+from spark_images.core.pieces import Pieces
 from spark_images.cubins import fatbin
 from spark_images.readers import artifacts, layers
 from spark_images.readers.common import ArenaMap, SpoolArena, spool
@@ -53,7 +54,8 @@ def test_a_write_the_kernel_refuses_hands_the_region_back(monkeypatch: pytest.Mo
 
 def test_a_check_says_the_same_whether_members_come_as_mappings_or_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real nvcc libraries, host libraries, a hard link and a whiteout over two layers, through the
-    whole check pass: the same libraries, verdicts and unreadable files either way."""
+    whole check pass: the same libraries, verdicts and unreadable files either way (the libraries
+    with device code come as their inflated pieces, the others spooled into the arena)."""
     lib121 = (ORACLE_BIN / "lib/libsm121a.so").read_bytes()
     lib90 = (ORACLE_BIN / "lib/libsm90.so").read_bytes()
     bottom = {"usr/lib/libsm121a.so": lib121, "usr/lib/libalias.so": "usr/lib/libsm121a.so",
@@ -61,7 +63,8 @@ def test_a_check_says_the_same_whether_members_come_as_mappings_or_bytes(tmp_pat
     top = {"usr/lib/.wh.libgone.so": b"", "opt/lib/libsm90.so": lib90, "opt/lib/libpad.so": os.urandom(3 * PAGE)}
     path = image_archive(tmp_path / "image.tar", [bottom, top], oci=True)
     spooled: list[str] = []
-    real_read, real_spool = layers.read_exact, layers.spool_views
+    pieced: list[str] = []
+    real_read, real_spool, real_sifted = layers.read_exact, layers.spool_views, layers._sifted
 
     def noting(stream, size, name, spool_over, **kw):  # type: ignore[no-untyped-def]
         data = real_read(stream, size, name, spool_over, **kw)
@@ -74,15 +77,24 @@ def test_a_check_says_the_same_whether_members_come_as_mappings_or_bytes(tmp_pat
         spooled.append(name)
         return data
 
+    def noting_pieced(stream, size, name, run, arena):  # type: ignore[no-untyped-def]
+        member = real_sifted(stream, size, name, run, arena)
+        if isinstance(member.data, Pieces):  # a host library with device code: read from its chunks
+            pieced.append(name)
+        return member
+
     monkeypatch.setattr(layers, "read_exact", noting)
     monkeypatch.setattr(layers, "spool_views", noting_sifted)
+    monkeypatch.setattr(layers, "_sifted", noting_pieced)
     monkeypatch.setattr(layers, "ARENA_OVER", 1)
     mapped = collect.gather(str(path))
-    assert sorted(spooled) == ["opt/lib/libpad.so", "opt/lib/libsm90.so", "usr/lib/libhost.so", "usr/lib/libsm121a.so"]
+    assert sorted(spooled) == ["opt/lib/libpad.so", "usr/lib/libhost.so"]
+    assert sorted(pieced) == ["opt/lib/libsm90.so", "usr/lib/libsm121a.so"]
     monkeypatch.setattr(layers, "ARENA_OVER", 1 << 40)
     spooled.clear()
+    pieced.clear()
     as_bytes = collect.gather(str(path))
-    assert spooled == []
+    assert spooled == [] and pieced == []
     assert [lib["path"] for lib in mapped.libraries] == ["opt/lib/libsm90.so", "usr/lib/libalias.so", "usr/lib/libsm121a.so"]
     assert (mapped.libraries, mapped.unreadable, mapped.files_seen) == (as_bytes.libraries, as_bytes.unreadable, as_bytes.files_seen)
     assert mapped.cubins is not None and as_bytes.cubins is not None
