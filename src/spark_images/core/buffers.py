@@ -74,6 +74,15 @@ def _libc(name: str, restype: type, *argtypes: type) -> ctypes._CFuncPtr | None:
     return fn
 
 
+def find_bounds(size: int, start: int, stop: int) -> tuple[int, int]:
+    """`find`'s bounds as `bytes.find` takes them (CPython's ADJUST_INDICES): negative ones count
+    from the end, the stop is cut at the size, a start past it stays (mmap.find answers an empty
+    needle there with the size, bytes.find with -1)."""
+    start = max(start + size, 0) if start < 0 else start
+    stop = max(stop + size, 0) if stop < 0 else min(stop, size)
+    return start, stop
+
+
 MEMMEM = _libc("memmem", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
 _MADVISE = _libc("madvise", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 MADV_POPULATE_READ = 22  # Linux 5.14; older kernels answer EINVAL

@@ -16,7 +16,7 @@ import bisect
 from collections.abc import Sequence
 from itertools import accumulate
 
-from spark_images.core.buffers import MEMMEM, Exported
+from spark_images.core.buffers import MEMMEM, Exported, find_bounds
 
 
 class Pieces:
@@ -76,9 +76,7 @@ class Pieces:
 
     def find(self, needle: bytes, start: int, stop: int) -> int:
         """The first `needle` in [start, stop), bounds as `bytes.find` takes them; -1 if none."""
-        size = len(self)
-        start = max(start + size, 0) if start < 0 else start
-        stop = max(stop + size, 0) if stop < 0 else min(stop, size)
+        start, stop = find_bounds(len(self), start, stop)
         n = len(needle)
         if stop - start < n:
             return -1

@@ -62,7 +62,7 @@ def is_elf(data: bytes | memoryview) -> bool:
 _EHDR = struct.Struct("<4sBBxBB7x2xH4x8x8xQI6xHHH")
 
 
-def read_header(data: bytes | memoryview) -> ElfHeader:
+def read_header(data: bytes | memoryview | Sliceable) -> ElfHeader:
     if len(data) < 64:
         raise ElfError("not an ELF file (bad magic or shorter than an ELF header)")
     magic, cls, encoding, osabi, abi, machine, shoff, flags, shentsize, shnum, shstrndx = _EHDR.unpack(data[:64])

@@ -238,7 +238,8 @@ def iter_fatbins(buf: Source, start: int, stop: int, section: str, search: Searc
     `search`: a Searcher over `buf`'s whole underlying object (scan_binary makes one per file)."""
     if search is None:
         if isinstance(buf, Pieces):
-            yield from iter_fatbins(buf, start, stop, section, Searcher(buf))
+            with Searcher(buf) as own:
+                yield from iter_fatbins(buf, start, stop, section, own)
             return
         # search the underlying object (bytes or mmap) directly: no copy, and with an
         # mmap only the pages around each hit are touched (and released window by window)
@@ -510,7 +511,7 @@ def _scan_binary(data: Buffer, search: Searcher) -> BinaryScan:
         return BinaryScan(kind="none", problems=(str(exc),))
     if hdr.machine == elf.EM_CUDA:
         try:
-            return BinaryScan(kind="cubin", cubin=cubin_info(bytes(data[:]) if isinstance(data, Pieces) else data))
+            return BinaryScan(kind="cubin", cubin=cubin_info(bytes(data) if isinstance(data, Pieces) else data))
         except (elf.ElfError, struct.error) as exc:
             return BinaryScan(kind="cubin", problems=(f"unreadable cubin: {exc}",))
     problems: list[str] = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import mmap
 
-from spark_images.core.buffers import MEMMEM, Exported
+from spark_images.core.buffers import MEMMEM, Exported, find_bounds
 from spark_images.core.pieces import Pieces
 
 
@@ -50,12 +50,7 @@ class Searcher:
             self._held = None
 
     def find(self, needle: bytes, start: int, stop: int) -> int:
-        # bounds as bytes.find takes them (CPython's ADJUST_INDICES): negative ones count from the
-        # end, the stop is cut at the size, a start past it stays (mmap.find answers an empty needle
-        # there with the size, bytes.find with -1)
-        size = len(self.data)
-        start = max(start + size, 0) if start < 0 else start
-        stop = max(stop + size, 0) if stop < 0 else min(stop, size)
+        start, stop = find_bounds(len(self.data), start, stop)
         if stop - start < len(needle):
             return -1
         if not needle:

@@ -15,8 +15,9 @@ the reading of a file in which there is nothing to find. A host library then
 comes as the pieces it was inflated in (`core.pieces.Pieces`), which the scan
 reads by slices and searches seam by seam (`takes_pieces`): copying the 46
 libraries with device code of the real cu130 image (3.47 GiB) into one buffer
-each was 14% of the walk's thread. Anything else is spooled whole, as before. Layers read from a file on disk are sifted; a download is
-not (the held chunks would raise the registry check's peak RSS).
+each was 14% of the walk's thread. Anything else is spooled whole, as before.
+Layers read from a file on disk are sifted; a download is not (the held
+chunks would raise the registry check's peak RSS).
 """
 
 from __future__ import annotations

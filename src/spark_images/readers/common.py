@@ -399,7 +399,7 @@ def release_pages(data: mmap.mmap) -> None:
 def close_quietly(data: object) -> None:
     if isinstance(data, Pieces):
         data.close()
-    if isinstance(data, mmap.mmap):
+    elif isinstance(data, mmap.mmap):
         with contextlib.suppress(BufferError):  # a view still alive: the GC closes it later
             data.close()
 

@@ -66,8 +66,9 @@ KEEP_MAPPED = 128 << 20
 # of the cu130 image: 190k fewer page faults per scan)
 ARENA_OVER = 1 << 20
 # what a walk holds of one sifted member's chunks (uncopied) while its sieve has not asked for the
-# bytes; past this it is kept whole (as its pieces where the sieve `takes_pieces`, else spooled). The largest library without device code in the cu130 image is
-# libtriton (451 MiB); one with device code shows its first fatbin within 139 MiB (libcublasLt).
+# bytes; past this it is kept whole (as its pieces where the sieve `takes_pieces`, else spooled).
+# The largest library without device code in the cu130 image is libtriton (451 MiB); one with
+# device code shows its first fatbin within 139 MiB (libcublasLt).
 # Only a walk of a file on disk sifts (`read_layers`)
 HOLD_MAX = 512 << 20
 
