@@ -58,6 +58,7 @@ class Auditor(TargetResolver):
         self.history = history
         self._catalog = catalog
         self._releases: list[Release] | None = None
+        self._releases_after: int | None = None
         self.repo = history.repo
         self.kb = kb or load_knowledge()
         self._main: tuple[str | None, list] | None = None
@@ -86,32 +87,43 @@ class Auditor(TargetResolver):
             self._catalog = load_catalog()
         return self._catalog
 
-    def releases(self) -> list[Release]:
+    def releases(self, after: int | None = None) -> list[Release]:
         """PyPI's releases (and vLLM's rc tags), oldest first, with their commits here.
 
         A tag gives a release's commit for free; a release the clone has no tag
         for is resolved through its sdist's `_version.py` (cached per version).
+        `after`: the earliest merge among the fixes asked about. A release PyPI
+        got before it cannot carry any of them (`first_shipped` counts it, never
+        lists it), so its sdist is not read: the lookups a run may spend go to
+        the releases that can change an answer.
         """
-        if self._releases is None:
-            catalog = self.catalog()
-            listed = release_list(catalog.versions, {t.name: t.commit for t in self.tags()})
-            out: list[Release] = []
-            for name, tag, commit in listed:
-                why = ""
-                if commit is None:
-                    prefix, why = catalog.commit(name.version)
-                    if prefix:
-                        found = self.repo.commits_with_prefix(prefix[:40])
-                        if len(found) == 1:
-                            commit, why = found[0], ""
-                        else:
-                            why = f"no tag {tag} here, and its commit g{prefix} (from its PyPI sdist) is not in this history"
-                    else:
-                        why = f"no tag {tag} here, and its commit is not known from PyPI ({why})"
-                out.append(Release(name, tag, commit, why, catalog.uploaded.get(name.version)))
-            catalog.save()
-            self._releases = out
-        return self._releases
+        if self._releases is not None and (self._releases_after is None or (after or 0) >= self._releases_after):
+            return self._releases
+        catalog = self.catalog()
+        listed = release_list(catalog.versions, {t.name: t.commit for t in self.tags()})
+        asked: dict[str, tuple[str | None, str]] = {}  # version -> (commit prefix from PyPI, why none)
+        for name, _tag, commit in listed:
+            uploaded = catalog.uploaded.get(name.version)
+            if commit is None and not (after is not None and uploaded is not None and uploaded < after):
+                asked[name.version] = catalog.commit(name.version)
+        found = self.repo.commits_with_prefixes(p[:40] for p, _ in asked.values() if p)
+        out: list[Release] = []
+        for name, tag, commit in listed:
+            why = ""
+            if commit is None and name.version not in asked:
+                why = f"no tag {tag} here; not looked up (on PyPI before the fixes asked about were merged)"
+            elif commit is None:
+                prefix, why = asked[name.version]
+                if prefix and len(here := found.get(prefix[:40], [])) == 1:
+                    commit, why = here[0], ""
+                elif prefix:
+                    why = f"no tag {tag} here, and its commit g{prefix} (from its PyPI sdist) is not in this history"
+                else:
+                    why = f"no tag {tag} here, and its commit is not known from PyPI ({why})"
+            out.append(Release(name, tag, commit, why, catalog.uploaded.get(name.version)))
+        catalog.save()
+        self._releases, self._releases_after = out, after
+        return out
 
     def index(self, tips: Iterable[str] = ()) -> HistoryIndex:
         known = self._index.commits if self._index is not None else {}
@@ -170,12 +182,35 @@ class Auditor(TargetResolver):
         fixes = [f for pr in prs if pr in present and (f := self.kb.get(pr)) is not None and f.markers]
         return check_fixes(self.repo, commit, fixes) if fixes else {}
 
-    def first_shipped(self, pr: int, undone_by: Sequence[int]) -> FirstShipped:
-        releases = self.releases()
-        index = self.index([r.commit for r in releases if r.commit])
+    def merged_at(self, pr: int, index: HistoryIndex) -> int | None:
+        """When the fix's squash commit landed on main: its time here, else the knowledge base's."""
         fix = self.kb.get(pr)
         main = index.commits.get(fix.main_commit) if fix and fix.main_commit else None
-        merged = main.time if main is not None and main.time else (fix.merged_epoch if fix else None)
+        return main.time if main is not None and main.time else (fix.merged_epoch if fix else None)
+
+    def lookups_from(self, prs: Sequence[int], index: HistoryIndex) -> int | None:
+        """The earliest time a fix of `prs` landed (its main commit, else the knowledge base's
+        merge time, else its earliest `(#N)` commit here); None: no bound, look every release up.
+
+        It only chooses which sdists are read. A fix with no known merge time still
+        lists a release that was not looked up as unchecked, so a wrong bound costs
+        precision, never a wrong first release; a fix that is nowhere in this history
+        bounds nothing (no release here can carry it)."""
+        times: list[int] = []
+        for pr in prs:
+            when = self.merged_at(pr, index)
+            if when is None:
+                seen = [t for sha in index.by_pr.get(pr, ()) if (info := index.commits.get(sha)) and (t := info.time)]
+                when = min(seen) if seen else None
+            if when is not None:
+                times.append(when)
+        return min(times) if times else None
+
+    def first_shipped(self, pr: int, undone_by: Sequence[int], *, after: int | None = None) -> FirstShipped:
+        """`after`: as for `releases` (the earliest merge among the fixes of this audit)."""
+        releases = self.releases(after)
+        index = self.index([r.commit for r in releases if r.commit])
+        merged = self.merged_at(pr, index)
 
         def carries(sha: str) -> bool:
             view = self.view(sha)
@@ -195,7 +230,7 @@ class Auditor(TargetResolver):
                          "first release is proven")
         unchecked = sorted({t for r in results for t in r.unchecked_releases}, key=lambda t: parse_tag(t).key)  # type: ignore[union-attr]
         if unchecked:
-            why = {r.tag: r.why_unchecked for r in self.releases()}
+            why = {r.tag: r.why_unchecked for r in self._releases or ()}
             listed = "; ".join(f"{t}: {why.get(t) or 'not checked'}" for t in unchecked[:8])
             more = f" (and {len(unchecked) - 8} more)" if len(unchecked) > 8 else ""
             notes.append(f"releases PyPI lists that could not be checked here: {listed}{more}. A first release "
@@ -246,6 +281,7 @@ class Auditor(TargetResolver):
         markers = self._markers(commit, wanted, {pr for pr in wanted if here[pr].effective})
         proofs = self._proofs(index, view, wanted, here)
         patch_proofs = prove_patches(self.repo, commit, build, self.kb) if declared else []
+        after = self.lookups_from(wanted, index)
         results: list[FixResult] = []
         for pr in wanted:
             fix = self.kb.get(pr)
@@ -260,7 +296,7 @@ class Auditor(TargetResolver):
                 truncated=cut,
                 proof=proofs[pr],
             )
-            first = self.first_shipped(pr, undone) if releases else FirstShipped()
+            first = self.first_shipped(pr, undone, after=after) if releases else FirstShipped()
             title = fix.title if fix else self._subject_of(here[pr])
             results.append(
                 FixResult(

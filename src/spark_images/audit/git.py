@@ -128,6 +128,25 @@ class Repo:
         check = self._try_stdin(["cat-file", "--batch-check=%(objectname) %(objecttype)"], "\n".join(objects) + "\n")
         return sorted(ln.split()[0] for ln in check.splitlines() if ln.endswith(" commit"))
 
+    def commits_with_prefixes(self, prefixes: Iterable[str]) -> dict[str, list[str]]:
+        """`commits_with_prefix` of many prefixes, in one git run for all but the
+        ambiguous ones (a release list asks for ~40; one run each cost ~0.25 s)."""
+        wanted = sorted({p for p in prefixes if HEX.match(p)})
+        if not wanted:
+            return {}
+        out: dict[str, list[str]] = {p: [] for p in wanted}
+        check = self._try_stdin(["cat-file", "--batch-check=%(objectname) %(objecttype)"], "\n".join(wanted) + "\n")
+        lines = check.splitlines()
+        if len(lines) != len(wanted):  # git said something else: ask one by one
+            return {p: self.commits_with_prefix(p) for p in wanted}
+        for prefix, line in zip(wanted, lines, strict=True):
+            name, _, kind = line.partition(" ")
+            if kind == "ambiguous" or (kind not in ("missing", "") and not name.startswith(prefix)):
+                out[prefix] = self.commits_with_prefix(prefix)  # ambiguous, or a ref of that name answered
+            elif kind == "commit":
+                out[prefix] = [name]
+        return out
+
     def _try_stdin(self, args: list[str], text: str) -> str:
         proc = _run(args, cwd=self.path, stdin=text.encode(), timeout=self.timeout)
         return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else ""

@@ -5,9 +5,13 @@ of their commits). Each release sdist records its commit in
 `vllm/_version.py`; it is read from the .tar.gz stream (one member, the
 download stops there). Every read goes through the one PyPI client
 (`pypi.project_index`, `pypi.stream`, over `registry.http`: a size cap and an
-overall deadline), since an index can be hostile or slow. A release's commit never changes, so
-it is cached per version and index for good; the version list for an hour.
-Cache: $XDG_CACHE_HOME/spark-images/pypi/ (next to the history clone).
+overall deadline), since an index can be hostile or slow. A file on PyPI can
+never be replaced, so what its sdist says is cached per version and index for
+good: the commit, that it records none, or that it has no `vllm/_version.py`
+(the sdists before ~0.2 have none; were that not kept, every run would spend
+its lookups on them again). The version list is cached for an hour. Cache:
+$XDG_CACHE_HOME/spark-images/pypi/ (next to the history clone). The PyPI
+client (and `requests` with it) is imported only when the index is asked.
 """
 
 from __future__ import annotations
@@ -25,18 +29,21 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from spark_images import pypi
+from spark_images import defaults
 from spark_images.audit._problems import problem
 from spark_images.audit.releases import parse_version_file
 from spark_images.core import atomic
 from spark_images.core.errors import EnvironmentProblem, SparkImagesError, UsageError
-from spark_images.registry.http import short_url
 
 LIST_LIMIT = 16 * 1024 * 1024  # vllm's page is ~130 KB
 SDIST_LIMIT = 512 * 1024 * 1024  # vLLM sdists are 9-60 MB; a stream past this is refused
 VERSION_FILE_LIMIT = 64 * 1024
 LIST_MAX_AGE_S = 3600.0
 LOOKUPS_PER_RUN = 8  # sdists read per run; the rest stay unchecked (and are read on later runs)
+
+
+class NoVersionFile(UsageError):
+    """The sdist has no `vllm/_version.py`: a fact about an immutable file, cached for good."""
 
 
 class _ChunkFile(io.RawIOBase):
@@ -71,6 +78,8 @@ def _renamed(exc: SparkImagesError) -> SparkImagesError:
 def fetch_project(base: str) -> dict[str, Any]:
     """The PEP 691 JSON page of `vllm` on the index at `base`, through the one PyPI client
     (`pypi.project_index`: a size cap, an overall deadline, 429 retries, strict JSON)."""
+    from spark_images import pypi
+
     try:
         return pypi.project_index("vllm", index=base)
     except SparkImagesError as exc:
@@ -118,6 +127,9 @@ def read_sdist_commit(url: str, version: str) -> str | None:
     Streamed through the one PyPI client (`pypi.stream`), which stops at the
     size the index declares (or SDIST_LIMIT when it declares none) within a
     deadline that grows with that size; the download stops at the member."""
+    from spark_images import pypi
+    from spark_images.registry.http import short_url
+
     bare, _, frag = url.partition("#size=")
     if urlsplit(bare).scheme not in ("http", "https"):
         raise EnvironmentProblem(problem(f"{bare[:200]}: not an http(s) URL"))
@@ -145,7 +157,7 @@ def read_sdist_commit(url: str, version: str) -> str | None:
     finally:
         chunks.close()  # ends the stream (and its connection) where the member was found
     if text is None:
-        raise UsageError(problem(f"vllm-{version}.tar.gz has no vllm/_version.py"))
+        raise NoVersionFile(problem(f"vllm-{version}.tar.gz has no vllm/_version.py"))
     return parse_version_file(text)[1]
 
 
@@ -197,6 +209,11 @@ def _read_cache(path: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+def _strings(value: object) -> set[str]:
+    """The strings of a cached JSON list (anything else in a damaged cache is dropped)."""
+    return {v for v in value if isinstance(v, str)} if isinstance(value, list) else set()
+
+
 @dataclass
 class Catalog:
     """PyPI's vLLM releases. `versions` is None when the index could not be asked (`why`)."""
@@ -207,11 +224,14 @@ class Catalog:
     urls: dict[str, str] = field(default_factory=dict)
     commits: dict[str, str | None] = field(default_factory=dict)
     uploaded: dict[str, int] = field(default_factory=dict)  # version -> first upload (epoch seconds)
+    no_version_file: set[str] = field(default_factory=set)  # versions whose sdist has no vllm/_version.py
     lookups: int = 0
     _dirty: bool = False
 
     def commit(self, version: str) -> tuple[str | None, str]:
         """(commit prefix, why none) of a release, from the cache or its sdist."""
+        if version in self.no_version_file:
+            return None, f"vllm-{version}.tar.gz has no vllm/_version.py"
         if version in self.commits:
             found = self.commits[version]
             return found, "" if found else f"vllm-{version}.tar.gz records no commit"
@@ -223,7 +243,11 @@ class Catalog:
         self.lookups += 1
         try:
             found = read_sdist_commit(url, version)
-        except SparkImagesError as exc:
+        except NoVersionFile as exc:
+            self.no_version_file.add(version)
+            self._dirty = True
+            return None, exc.problems[0].message if exc.problems else str(exc)
+        except SparkImagesError as exc:  # the index or the network: asked again next run
             return None, exc.problems[0].message if exc.problems else str(exc)
         self.commits[version] = found
         self._dirty = True
@@ -234,8 +258,10 @@ class Catalog:
             return
         path = _cache_file(self.base)
         doc = _read_cache(path)
+        known = _strings(doc.get("no_version_file"))
         doc.update({"index": self.base, "versions": self.versions, "urls": self.urls, "uploaded": self.uploaded,
-                    "commits": {**(doc.get("commits") or {}), **self.commits}})
+                    "commits": {**(doc.get("commits") or {}), **{k: v or "" for k, v in self.commits.items()}},
+                    "no_version_file": sorted(known | self.no_version_file)})
         doc.setdefault("listed_at", time.time())
         with contextlib.suppress(OSError):  # a cache that cannot be written only costs a lookup next time
             atomic.write_text(path, json.dumps(doc, sort_keys=True))
@@ -244,28 +270,29 @@ class Catalog:
 
 def load_catalog(base: str | None = None, *, max_age_s: float = LIST_MAX_AGE_S) -> Catalog:
     """The release list (cached for `max_age_s`) and the cached commits; never raises."""
-    base = (base or pypi.index_url()).rstrip("/")
+    base = (base or defaults.pypi_simple()).rstrip("/")
     path = _cache_file(base)
     cached = _read_cache(path)
     commits = {str(k): (v if isinstance(v, str) and v else None) for k, v in (cached.get("commits") or {}).items()}
+    unrecorded = _strings(cached.get("no_version_file"))
     listed_at = cached.get("listed_at")
     fresh = isinstance(listed_at, (int, float)) and time.time() - listed_at < max_age_s
     if fresh and isinstance(cached.get("versions"), list) and isinstance(cached.get("urls"), dict):
         uploaded = {str(k): int(v) for k, v in (cached.get("uploaded") or {}).items() if isinstance(v, int)}
         return Catalog(base, [str(v) for v in cached["versions"]], urls=dict(cached["urls"]), commits=commits,
-                       uploaded=uploaded)
+                       uploaded=uploaded, no_version_file=unrecorded)
     try:
         doc = fetch_project(base)
     except SparkImagesError as exc:
         why = exc.problems[0].message if exc.problems else str(exc)
         where = exc.problems[0].file if exc.problems else base
-        return Catalog(base, None, why=f"{where}: {why}", commits=commits)
+        return Catalog(base, None, why=f"{where}: {why}", commits=commits, no_version_file=unrecorded)
     catalog = Catalog(base, versions_of(doc), urls=sdist_urls(doc, f"{base}/vllm/"), commits=commits,
-                      uploaded=upload_times(doc))
+                      uploaded=upload_times(doc), no_version_file=unrecorded)
     catalog._dirty = True
     path_doc = {"index": base, "listed_at": time.time(), "versions": catalog.versions, "urls": catalog.urls,
                 "uploaded": catalog.uploaded,
-                "commits": {k: v or "" for k, v in commits.items()}}
+                "commits": {k: v or "" for k, v in commits.items()}, "no_version_file": sorted(unrecorded)}
     with contextlib.suppress(OSError):
         atomic.write_text(path, json.dumps(path_doc, sort_keys=True))
     catalog._dirty = False
@@ -274,7 +301,7 @@ def load_catalog(base: str | None = None, *, max_age_s: float = LIST_MAX_AGE_S) 
 
 def sdist_commit(version: str) -> str:
     """Commit (hex prefix) of vLLM `version`, from its sdist on the package index (cached)."""
-    base = pypi.index_url()
+    base = defaults.pypi_simple()
     try:
         doc = fetch_project(base)
     except (EnvironmentProblem, UsageError) as exc:  # UsageError: the index has no `vllm` project

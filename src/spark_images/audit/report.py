@@ -26,11 +26,22 @@ def _row(fix: FixResult) -> tuple[str, ...]:
     )
 
 
+_LISTED = 8  # releases named in a caveat; a longer run is shown by its ends and its count
+
+
+def releases_words(tags: tuple[str, ...]) -> str:
+    """`v1, v2, v3` or, for a long list (a clone without tags misses dozens),
+    `v1, v2, v3 ... v40 (40 releases)`; the JSON keeps every one."""
+    if len(tags) <= _LISTED:
+        return ", ".join(tags)
+    return f"{', '.join(tags[: _LISTED - 2])} ... {tags[-1]} ({len(tags)} releases)"
+
+
 def first_release_words(fix: FixResult) -> str | None:
     """The caveat, in words, when a first release is only an upper bound (None: exact)."""
     if fix.first_release_at_most is None and fix.first_rc_at_most is None and not fix.unchecked_releases:
         return None
-    listed = ", ".join(fix.unchecked_releases)
+    listed = releases_words(fix.unchecked_releases)
     unproven = f" because {listed} could not be checked in this history" if listed else ""
     if fix.first_release_at_most:
         return f"first release not proven{unproven}: shipped in {fix.first_release_at_most} at the latest"

@@ -34,7 +34,6 @@ from pathlib import Path
 from spark_images.audit import audit_target
 from spark_images.audit.report import render_markdown, render_table
 from spark_images.audit.resolving import ProfileFacts
-from spark_images.buildline.resolve import resolve_profile
 from spark_images.cli._common import add_json_flag, emit, target
 from spark_images.core.errors import EXIT_FINDING, EXIT_OK, UsageError
 
@@ -67,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def profile_facts(path: Path) -> ProfileFacts:
     """A profile as the build plans it (the build's own resolver), for the audit."""
+    # imported here: the build line's modules cost ~0.1 s, and only a profile target needs them
+    from spark_images.buildline.resolve import resolve_profile
+
     resolved = resolve_profile(path, read_lock=False)
     plan = resolved.plan
     return ProfileFacts(commit=plan.vllm_commit, required=tuple(plan.required_fixes), patches=plan.patches,

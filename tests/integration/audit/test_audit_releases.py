@@ -137,6 +137,37 @@ def test_sdist_without_a_commit_leaves_the_release_unchecked(
     assert any("vllm-0.22.0.tar.gz records no commit" in n for n in doc["notes"])
 
 
+def test_an_sdist_without_a_version_file_is_read_once_and_a_failed_read_again(
+    vllm_like: VllmLike, tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What an sdist says is a fact of a file PyPI never replaces, so it is kept; an index
+    that failed to answer is asked again. (Before, the first sdists of vLLM's list,
+    0.0.1-0.1.6, which have no _version.py, took every run's lookups.)"""
+    from pypi_index import sdist
+
+    clone = tmp_path / "notags.git"
+    git(tmp_path, "clone", "-q", "--bare", f"file://{vllm_like.path}", str(clone))
+    git(clone, "tag", "-d", "v0.22.0", "v0.22.1")
+    commits = {v: git(vllm_like.path, "rev-parse", f"v{v}^{{commit}}").strip() for v in PYPI_RELEASES}
+    with serve() as index:
+        index.publish(commits)
+        monkeypatch.setenv("SPARK_IMAGES_PYPI_SIMPLE", index.simple)
+        no_version_file = ("application/octet-stream", sdist("0.22.0", {"setup.py": b""}))
+        index.files["/files/vllm-0.22.0.tar.gz"] = no_version_file
+        later = index.files.pop("/files/vllm-0.22.1.tar.gz")  # 404 on this run
+        _code, doc, _ = run(capsys, "main", "--fix", "35568", "--repo", str(clone))
+        assert doc["fixes"][0]["unchecked_releases"] == ["v0.22.0", "v0.22.1"]
+        assert any("vllm-0.22.0.tar.gz has no vllm/_version.py" in n for n in doc["notes"]), doc["notes"]
+        index.files["/files/vllm-0.22.1.tar.gz"] = later
+        mark = len(index.hits)
+        _code, doc, _ = run(capsys, "main", "--fix", "35568", "--repo", str(clone))
+        assert [h for h in index.hits[mark:] if h.startswith("/files/")] == ["/files/vllm-0.22.1.tar.gz"]
+    (fix,) = doc["fixes"]
+    assert (fix["first_release"], fix["first_release_at_most"], fix["unchecked_releases"]) == (None, "v0.22.1", ["v0.22.0"])
+    assert any("vllm-0.22.0.tar.gz has no vllm/_version.py" in n for n in doc["notes"]), doc["notes"]
+
+
 def test_without_pypi_no_first_release_is_called_proven(
     vllm_like: VllmLike, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -217,4 +248,7 @@ def test_unchecked_releases_of_40923_are_only_those_uploaded_after_its_merge(
     assert code == 0 and fix["state"] == "included"
     assert fix["unchecked_releases"] == ["v0.21.0", "v0.22.0", "v0.22.1"]
     assert fix["excluded_before_merge"] == len(old) + 1  # and 0.20.0, uploaded a second before the merge
+    # the run's lookups went to the releases that could carry it: no sdist of the 81 older ones was read
+    read = sorted(h for h in index.hits if h.startswith("/files/"))
+    assert read == ["/files/vllm-0.21.0.tar.gz", "/files/vllm-0.22.0.tar.gz", "/files/vllm-0.22.1.tar.gz"]
     assert (fix["first_release"], fix["first_release_at_most"]) == (None, "v0.23.0")
