@@ -11,6 +11,17 @@ walk asks for each layer's digest when that layer ends, as `streams.verified`
 does. Measured on the 2 GB archive of `benchmarks/at_limit.py`: `check.gather`
 2.75 -> 2.30 s.
 
+The child hashes at idle priority (`blob_hash.lower_priority`): it runs on a
+core that the walk and its inflating thread leave free, and gives that core
+back the moment either wants it. At normal priority it took a core from the
+inflating thread, the stage's bound, for the first 2.5 s of the cu130 archive.
+At idle priority one `check.gather` of that archive per process took 10.8-12.5 s
+against 12.3-15.6 s (8 rounds each, in turn), and in one process 11.58 s
+against 12.18 s (median of 6 rounds, better in 5). On a host so busy that an
+idle child gets no core, the walk would wait on it for good; so while the walk
+waits, the child must answer within ANSWER_GRACE_S plus the bytes still to hash
+at ANSWER_FLOOR_RATE, or it is let go and the rest is hashed here.
+
 Both readers read one open file (the child gets the same descriptor), so an
 archive renamed or replaced during the check is still one file to both; only a
 writer changing the file in place while it is being checked could show the two
@@ -23,9 +34,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -40,6 +54,12 @@ SIDE_OVER = 64 << 20
 # would wait on each other, so an image of more layers than an engine stacks (127) is hashed here
 MAX_SIDE_JOBS = 500
 ALGORITHMS = ("sha256", "sha512")
+# while the walk waits on the child for a digest: this long, plus the bytes not yet hashed at
+# this rate, before it is let go. An idle-priority child gets a whole core or next to none:
+# with one it hashes at ~1.7 GB/s, three times this rate, so only a starved child misses it,
+# and the walk then waits at most 1 s + ~3x what hashing here costs
+ANSWER_GRACE_S = 1.0
+ANSWER_FLOOR_RATE = 512 << 20
 # the hasher, as a script of its own (standard library only): absent where the package is not files
 _HASHER = Path(blob_hash.__file__)
 
@@ -59,6 +79,7 @@ class SideDigests:
         self.order = {digest: n for n, (digest, _at, _size) in reversed(list(enumerate(self.jobs)))}
         self.answers: list[str] = []
         self.lock = threading.Lock()  # answers are read in order, whichever thread asks
+        self._pending = b""  # the child's output past the last whole answer
         self.child: subprocess.Popen[str] | None = None
         if len(self.jobs) <= MAX_SIDE_JOBS and sum(size for _d, _o, size in self.jobs) >= side_over:
             self.child = _start_child(fd, self.jobs)
@@ -71,6 +92,7 @@ class SideDigests:
 
     def close(self) -> None:
         child, self.child = self.child, None
+        self._pending = b""  # what a child let go had not finished saying is hashed here
         if child is not None:
             for stream in (child.stdin, child.stdout):
                 with contextlib.suppress(OSError):
@@ -100,16 +122,28 @@ class SideDigests:
 
     def _answer(self, n: int) -> str | None:
         child = self.child
-        while child is not None and child.stdout is not None and len(self.answers) <= n:
+        if child is None or child.stdout is None:
+            return self.answers[n] if n < len(self.answers) else None
+        fd = child.stdout.fileno()  # read raw: `select` must see every byte the child wrote
+        unhashed = sum(size for _d, _o, size in self.jobs[len(self.answers) : n + 1])
+        deadline = time.monotonic() + ANSWER_GRACE_S + unhashed / ANSWER_FLOOR_RATE
+        while len(self.answers) <= n:
+            line, newline, rest = self._pending.partition(b"\n")
+            if newline:
+                self.answers.append(line.decode("ascii", "replace").strip())
+                self._pending = rest
+                continue
+            left = deadline - time.monotonic()
             try:
-                line = child.stdout.readline()
+                ready = select.select([fd], [], [], left)[0] if left > 0 else []
+                more = os.read(fd, 4096) if ready else b""
             except (OSError, ValueError):
-                line = ""
-            if not line.endswith("\n"):
-                self.close()  # the child ended early (killed, out of memory): the rest is hashed here
+                more = b""
+            if not more:  # ended early (killed, out of memory), or no core for it in time
+                self.close()  # the rest is hashed here
                 return None
-            self.answers.append(line.strip())
-        return self.answers[n] if n < len(self.answers) else None
+            self._pending += more
+        return self.answers[n]
 
 
 def _start_child(fd: int, jobs: list[tuple[str, int, int]]) -> subprocess.Popen[str] | None:

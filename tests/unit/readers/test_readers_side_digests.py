@@ -13,9 +13,12 @@ import io
 import json
 import mmap
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,13 @@ from support.oci_blobs import layer_tar as layer
 from support.paths import ORACLE_BIN
 
 ORACLE_LIB = ORACLE_BIN / "lib"
+
+
+@pytest.fixture(autouse=True)
+def _patient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child hashes at idle priority: on a host whose cores other tests keep busy it may
+    wait its turn for seconds, and these tests are about its answers, not its deadline."""
+    monkeypatch.setattr(digests, "ANSWER_GRACE_S", 60.0)
 
 
 def _blobs(tmp_path: Path, sizes: list[int]) -> tuple[int, list[tuple[str, int, int]], bytes]:
@@ -133,6 +143,15 @@ def test_a_file_that_cannot_be_mapped_is_read(tmp_path: Path) -> None:
         os.close(fd)
 
 
+def _refused_here(side: SideDigests, n: int) -> None:
+    """Job `n`, renamed to a digest its bytes do not have, is refused by this process."""
+    wrong = "sha256:" + "1" * 64
+    side.jobs[n] = (wrong, *side.jobs[n][1:])
+    side.order[wrong] = n
+    with pytest.raises(UsageError, match="does not match its digest"):
+        side.check(wrong)
+
+
 def test_a_child_that_dies_leaves_the_rest_to_this_process(tmp_path: Path) -> None:
     fd, blobs, _data = _blobs(tmp_path, [1 << 20] * 4)
     try:
@@ -151,12 +170,62 @@ def test_a_child_that_dies_leaves_the_rest_to_this_process(tmp_path: Path) -> No
                 side.check(digest)  # hashed here, never skipped
             assert side.child is None, "a dead child is let go"
             assert len(side.answers) == 1
-            wrong = "sha256:" + "1" * 64
-            side.jobs[2] = (wrong, *side.jobs[2][1:])
-            side.order[wrong] = 2
-            with pytest.raises(UsageError, match="does not match its digest"):
-                side.check(wrong)
+            _refused_here(side, 2)
     finally:
+        os.close(fd)
+
+
+def test_a_child_that_gives_no_answer_in_time_is_let_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle-priority child on a host with no idle core answers nothing: the walk waits
+    for it only ANSWER_GRACE_S plus the unhashed bytes at ANSWER_FLOOR_RATE, then hashes here."""
+    monkeypatch.setattr(digests, "ANSWER_GRACE_S", 0.3)
+    monkeypatch.setattr(digests, "ANSWER_FLOOR_RATE", 1 << 40)
+    fd, blobs, _data = _blobs(tmp_path, [1 << 20] * 3)
+    try:
+        with SideDigests(fd, blobs, "x.tar", side_over=0) as side:
+            side.close()
+            # a real process that holds its pipe open and writes nothing: what a starved child looks like
+            side.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], stdout=subprocess.PIPE)
+            stalled = side.child
+            t0 = time.monotonic()
+            side.check(blobs[1][0])  # hashed here once the child is let go
+            assert 0.25 < time.monotonic() - t0 < 3
+            assert side.child is None and stalled.poll() is not None, "the stalled child is killed"
+            _refused_here(side, 2)
+    finally:
+        os.close(fd)
+
+
+def test_a_child_stopped_for_less_than_its_grace_still_answers(tmp_path: Path) -> None:
+    """Stopped for 0.3 s (SIGSTOP, as a busy host would starve it) within its grace: the
+    deadline lets a child go only once it has passed, so every answer is the child's."""
+    fd, blobs, _data = _blobs(tmp_path, [1 << 20] * 4)
+    try:
+        with SideDigests(fd, blobs, "x.tar", side_over=0) as side:
+            assert side.child is not None
+            os.kill(side.child.pid, signal.SIGSTOP)
+            threading.Timer(0.3, os.kill, (side.child.pid, signal.SIGCONT)).start()
+            for digest, _offset, _size in blobs:
+                side.check(digest)
+            assert side.child is not None and len(side.answers) == 4, "every answer came from the child"
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_the_hasher_runs_at_idle_priority(tmp_path: Path) -> None:
+    """The script as `digests` starts it, waiting for its jobs: its policy is SCHED_IDLE."""
+    fd, _unused, _data = _blobs(tmp_path, [3])
+    child = subprocess.Popen([sys.executable, "-I", "-S", str(digests._HASHER), str(fd)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, pass_fds=(fd,))
+    try:
+        deadline = time.monotonic() + 10
+        while os.sched_getscheduler(child.pid) != os.SCHED_IDLE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
+    finally:
+        child.kill()
+        child.wait()
         os.close(fd)
 
 
