@@ -63,6 +63,10 @@ def _run(
         raise EnvironmentProblem(problem(f"git {args[0]} took longer than {timeout:.0f}s in {cwd}")) from None
 
 
+# `git cat-file` over stdin: each object's full name and type ("<name> missing" / "ambiguous" otherwise)
+_BATCH_TYPES = ["cat-file", "--batch-check=%(objectname) %(objecttype)"]
+
+
 class Repo:
     """A local git repository (work tree or bare) holding vLLM history."""
 
@@ -125,7 +129,7 @@ class Repo:
         objects = out.decode().split()
         if not objects:
             return []
-        check = self._try_stdin(["cat-file", "--batch-check=%(objectname) %(objecttype)"], "\n".join(objects) + "\n")
+        check = self._try_stdin(_BATCH_TYPES, "\n".join(objects) + "\n")
         return sorted(ln.split()[0] for ln in check.splitlines() if ln.endswith(" commit"))
 
     def commits_with_prefixes(self, prefixes: Iterable[str]) -> dict[str, list[str]]:
@@ -135,7 +139,7 @@ class Repo:
         if not wanted:
             return {}
         out: dict[str, list[str]] = {p: [] for p in wanted}
-        check = self._try_stdin(["cat-file", "--batch-check=%(objectname) %(objecttype)"], "\n".join(wanted) + "\n")
+        check = self._try_stdin(_BATCH_TYPES, "\n".join(wanted) + "\n")
         lines = check.splitlines()
         if len(lines) != len(wanted):  # git said something else: ask one by one
             return {p: self.commits_with_prefix(p) for p in wanted}

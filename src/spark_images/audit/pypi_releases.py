@@ -45,6 +45,10 @@ LOOKUPS_PER_RUN = 8  # sdists read per run; the rest stay unchecked (and are rea
 class NoVersionFile(UsageError):
     """The sdist has no `vllm/_version.py`: a fact about an immutable file, cached for good."""
 
+    @staticmethod
+    def words(version: str) -> str:
+        return f"vllm-{version}.tar.gz has no vllm/_version.py"
+
 
 class _ChunkFile(io.RawIOBase):
     """A bounded body iterator (`pypi.stream`) as a file for tarfile."""
@@ -157,7 +161,7 @@ def read_sdist_commit(url: str, version: str) -> str | None:
     finally:
         chunks.close()  # ends the stream (and its connection) where the member was found
     if text is None:
-        raise NoVersionFile(problem(f"vllm-{version}.tar.gz has no vllm/_version.py"))
+        raise NoVersionFile(problem(NoVersionFile.words(version)))
     return parse_version_file(text)[1]
 
 
@@ -231,7 +235,7 @@ class Catalog:
     def commit(self, version: str) -> tuple[str | None, str]:
         """(commit prefix, why none) of a release, from the cache or its sdist."""
         if version in self.no_version_file:
-            return None, f"vllm-{version}.tar.gz has no vllm/_version.py"
+            return None, NoVersionFile.words(version)
         if version in self.commits:
             found = self.commits[version]
             return found, "" if found else f"vllm-{version}.tar.gz records no commit"
@@ -243,11 +247,10 @@ class Catalog:
         self.lookups += 1
         try:
             found = read_sdist_commit(url, version)
-        except NoVersionFile as exc:
-            self.no_version_file.add(version)
-            self._dirty = True
-            return None, exc.problems[0].message if exc.problems else str(exc)
-        except SparkImagesError as exc:  # the index or the network: asked again next run
+        except SparkImagesError as exc:
+            if isinstance(exc, NoVersionFile):  # kept; a failure of the index or the network is asked again
+                self.no_version_file.add(version)
+                self._dirty = True
             return None, exc.problems[0].message if exc.problems else str(exc)
         self.commits[version] = found
         self._dirty = True
