@@ -32,7 +32,7 @@ class History:
         try:
             why = gitmod.fetch_cache(self.repo, self.url, timeout=FETCH_TIMEOUT_S)
         except EnvironmentProblem as exc:  # e.g. a network that swallows packets
-            why = exc.problems[0].message
+            why = exc.message
         if why is not None:
             self.notes.append(f"could not update the cached clone ({why}); using the history it already has")
             return False

@@ -62,7 +62,7 @@ class PatchIds:
             try:
                 found = self.repo.patch_ids(missing)
             except EnvironmentProblem as exc:
-                return None, exc.problems[0].message if exc.problems else str(exc)
+                return None, exc.message
             known.update(found)
             with contextlib.suppress(OSError):
                 atomic.write_text(_cache_path(), json.dumps(known, sort_keys=True))
@@ -123,7 +123,7 @@ def prove_patches(repo: gitmod.Repo, commit: str, patches: BuildPatches, kb: Kno
     try:
         tree, done, why = repo.apply_to(commit, [(r.path, d) for r, d in ready])
     except SparkImagesError as exc:
-        reason = f"skipped: {exc.problems[0].message if exc.problems else exc}"
+        reason = f"skipped: {exc.message}"
         return out + [PatchProof(r.path, r.prs, False, reason) for r, _ in ready]
     for i, (ref, _data) in enumerate(ready):
         if i < done:

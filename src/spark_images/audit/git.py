@@ -345,7 +345,7 @@ def clone_cache(url: str, dest: Path, timeout: float = 900.0) -> Repo:
         )
     except EnvironmentProblem as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise _no_history(url, dest, exc.problems[0].message) from None
+        raise _no_history(url, dest, exc.message) from None
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise _no_history(url, dest, parse.last_line(proc.stderr))

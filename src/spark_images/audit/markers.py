@@ -120,6 +120,6 @@ def check_fixes(repo: gitmod.Repo, commit: str, fixes: Sequence[Fix]) -> dict[in
             try:
                 results.append(checker.check(marker))
             except EnvironmentProblem as exc:
-                results.append(check_marker(marker, None, f"file not readable here: {exc.problems[0].message}"))
+                results.append(check_marker(marker, None, f"file not readable here: {exc.message}"))
         out[fix.pr] = results
     return out

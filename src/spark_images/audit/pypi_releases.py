@@ -154,7 +154,7 @@ def read_sdist_commit(url: str, version: str) -> str | None:
     except EnvironmentProblem as exc:
         if any(p.file for p in exc.problems):
             raise
-        message = exc.problems[0].message if exc.problems else str(exc)
+        message = exc.message
         raise EnvironmentProblem(problem(f"cannot read {where}: {message.removeprefix(short_url(bare) + ': ')}")) from None
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise EnvironmentProblem(problem(f"cannot read {where}: {exc.__class__.__name__}: {str(exc)[:200]}")) from None
@@ -251,7 +251,7 @@ class Catalog:
             if isinstance(exc, NoVersionFile):  # kept; a failure of the index or the network is asked again
                 self.no_version_file.add(version)
                 self._dirty = True
-            return None, exc.problems[0].message if exc.problems else str(exc)
+            return None, exc.message
         self.commits[version] = found
         self._dirty = True
         return found, "" if found else f"vllm-{version}.tar.gz records no commit"
@@ -287,7 +287,7 @@ def load_catalog(base: str | None = None, *, max_age_s: float = LIST_MAX_AGE_S) 
     try:
         doc = fetch_project(base)
     except SparkImagesError as exc:
-        why = exc.problems[0].message if exc.problems else str(exc)
+        why = exc.message
         where = exc.problems[0].file if exc.problems else base
         return Catalog(base, None, why=f"{where}: {why}", commits=commits, no_version_file=unrecorded)
     catalog = Catalog(base, versions_of(doc), urls=sdist_urls(doc, f"{base}/vllm/"), commits=commits,
@@ -308,7 +308,7 @@ def sdist_commit(version: str) -> str:
     try:
         doc = fetch_project(base)
     except (EnvironmentProblem, UsageError) as exc:  # UsageError: the index has no `vllm` project
-        why = exc.problems[0].message if exc.problems else str(exc)
+        why = exc.message
         raise EnvironmentProblem(problem(f"cannot reach the package index {base} to resolve vLLM {version}: {why}")) from None
     url = sdist_urls(doc, f"{base}/vllm/").get(version)
     if url is None:

@@ -111,7 +111,7 @@ def render_dockerfile(plan: BuildPlan, template_dir: Path | None = None) -> str:
     except jinja2.UndefinedError as exc:
         raise UsageError(f"{where}: {exc}") from None
     except UnsafeValue as exc:
-        raise UsageError(f"{_shown(plan.profile_path)}: {exc.problems[0].message}") from None
+        raise UsageError(f"{_shown(plan.profile_path)}: {exc.message}") from None
     # one trailing newline, no trailing blanks: stable bytes for golden files
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()) + "\n"
 

@@ -187,7 +187,7 @@ def run_audit(commit: str | None, repo: Path | None) -> dict[str, Any]:
     try:
         report = audit.check_required(commit, (), repo=repo)
     except SparkImagesError as exc:
-        return {"status": "skipped", "reason": exc.problems[0].message if exc.problems else str(exc)}
+        return {"status": "skipped", "reason": exc.message}
     return audit_doc(report)
 
 

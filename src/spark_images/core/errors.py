@@ -63,6 +63,12 @@ class SparkImagesError(Exception):
     def lines(self) -> list[str]:
         return [p.line() for p in self.problems]
 
+    @property
+    def message(self) -> str:
+        """The first problem's message alone (no file or fix): what a caller
+        quotes as the reason a stage was skipped (HttpProblem has the same)."""
+        return self.problems[0].message if self.problems else str(self)
+
 
 class UsageError(SparkImagesError):
     """Bad arguments or a target that cannot be opened as asked (exit 2)."""

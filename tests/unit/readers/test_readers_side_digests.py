@@ -216,17 +216,16 @@ def test_a_child_stopped_for_less_than_its_grace_still_answers(tmp_path: Path) -
 def test_the_hasher_runs_at_idle_priority(tmp_path: Path) -> None:
     """The script as `digests` starts it, waiting for its jobs: its policy is SCHED_IDLE."""
     fd, _unused, _data = _blobs(tmp_path, [3])
-    child = subprocess.Popen([sys.executable, "-I", "-S", str(digests._HASHER), str(fd)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, pass_fds=(fd,))
-    try:
-        deadline = time.monotonic() + 10
-        while os.sched_getscheduler(child.pid) != os.SCHED_IDLE and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
-    finally:
-        child.kill()
-        child.wait()
-        os.close(fd)
+    with subprocess.Popen([sys.executable, "-I", "-S", str(digests._HASHER), str(fd)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, pass_fds=(fd,)) as child:  # closes the pipes
+        try:
+            deadline = time.monotonic() + 10
+            while os.sched_getscheduler(child.pid) != os.SCHED_IDLE and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
+        finally:
+            child.kill()
+            os.close(fd)
 
 
 def test_the_hasher_runs_alone_on_the_standard_library(tmp_path: Path) -> None:
