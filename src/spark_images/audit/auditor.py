@@ -30,6 +30,7 @@ from spark_images.audit.history import (
     revert_of_subject,
     subject_pr,
     truncated_at,
+    with_extra_subjects,
 )
 from spark_images.audit.knowledge import KnowledgeBase, load_knowledge
 from spark_images.audit.main_cache import main_commits
@@ -145,7 +146,7 @@ class Auditor(TargetResolver):
         unknown_origins = {o for o in index.cherry_from.values() if o not in index.commits}
         if unknown_origins:
             extra = {sha: subject for sha, (subject, _) in self.repo.messages(unknown_origins).items()}
-            index = build_index(head, main_commits, branch, shallow=shallow, bodies=bodies, extra_subjects=extra)
+            index = with_extra_subjects(index, extra)
         self._index = index
         self._views = {}
         return index

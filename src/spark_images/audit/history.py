@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 CHERRY_LINE = re.compile(r"\(cherry picked from commit ([0-9a-f]{7,40})\)")
@@ -103,6 +103,10 @@ class HistoryIndex:
     extra_subjects: dict[str, str] = field(default_factory=dict)
     # PR -> cherry-picks whose own subject does not name it but whose -x line does
     picked_for: dict[int, list[str]] = field(default_factory=dict)
+    # what the scan found before the links by SHA (`_link`) were made, kept so
+    # that more subjects can be linked in without scanning every commit again
+    subject_reverts: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
+    body_reverts: tuple[tuple[str, str], ...] = ()  # (revert, the commit its body names)
 
     def pr_of(self, sha: str) -> int | None:
         """The PR of a commit given by full or abbreviated SHA, if known."""
@@ -184,17 +188,32 @@ def build_index(
         reach=reach,
         chain=set(chain),
         by_pr=by_pr,
-        reverts=reverts,
+        reverts={},
         cherry_from=cherry_from,
         shallow=frozenset(shallow),
         extra_subjects=dict(extra_subjects or {}),
+        subject_reverts=reverts,
+        body_reverts=tuple(pending_body_reverts),
     )
-    for sha, origin in cherry_from.items():
+    return _link(index)
+
+
+def with_extra_subjects(index: HistoryIndex, extra: dict[str, str]) -> HistoryIndex:
+    """The index with the subjects of commits outside it (cherry-pick origins)
+    known: only the links by SHA are made again, not the scan of every commit."""
+    return _link(replace(index, extra_subjects={**index.extra_subjects, **extra}))
+
+
+def _link(index: HistoryIndex) -> HistoryIndex:
+    """Links that name a commit by SHA and need its PR: a cherry-pick's origin,
+    and a revert whose subject lost the inner "(#N)" ("This reverts commit X")."""
+    index.picked_for = {}
+    for sha, origin in index.cherry_from.items():
         origin_pr = index.pr_of(origin)
-        if origin_pr is not None and origin_pr not in subject_prs(commits[sha].subject):
+        if origin_pr is not None and origin_pr not in subject_prs(index.commits[sha].subject):
             index.picked_for.setdefault(origin_pr, []).append(sha)
-    # A revert whose subject lost the inner "(#N)": follow "This reverts commit X".
-    for sha, target in pending_body_reverts:
+    index.reverts = reverts = {pr: list(entries) for pr, entries in index.subject_reverts.items()}
+    for sha, target in index.body_reverts:
         pr = index.pr_of(target)
         if pr is None:
             continue
