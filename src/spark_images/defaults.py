@@ -17,6 +17,7 @@ from pathlib import Path
 
 # -- the target --------------------------------------------------------------
 GPU = "sm_121"  # the DGX Spark's GB10 (compute capability 12.1)
+TARGET_PLATFORM = "linux/arm64"  # the Spark's CPU (Grace, aarch64): what every image is built for
 
 # -- files people edit or read -----------------------------------------------
 LOCK_FILE = "images.lock.json"

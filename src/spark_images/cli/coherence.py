@@ -283,7 +283,6 @@ def _progress(line: str) -> None:
 
 def _run_cluster(args: argparse.Namespace) -> int:
     """The pair's gate: the head endpoint judged like --endpoint, the nodes' facts beside it."""
-    from spark_images.cluster import driver
     from spark_images.cluster.gate import cluster_record, publishable
     from spark_images.cluster.plan_inputs import load_plan
     from spark_images.coherence import gate_endpoint
@@ -293,6 +292,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
     _one_round("--cluster", args.rounds)
     opts = _options(args)
     plan = load_plan(args.cluster)
+    from spark_images.cluster import driver  # the engine client, once the plan is known to be good
+
     model = args.model[0] if args.model else str(plan.source.model)
     _sigterm_as_interrupt()
     pair = cluster_record(plan, driver.facts(plan))

@@ -25,6 +25,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from spark_images import defaults
 from spark_images.buildline.resolve import Resolved, resolve_profile
 from spark_images.cli._common import add_json_flag, emit
 from spark_images.coherence import verdict
@@ -88,14 +89,12 @@ def _lock_doc(name: str, path: Path) -> dict[str, Any] | None:
 
 
 def plan_doc(resolved: Resolved, lock_path: Path | None = None) -> dict[str, Any]:
-    from spark_images.engine.build import TARGET_PLATFORM
-
     plan = resolved.plan
     doc: dict[str, Any] = {
         "name": plan.profile_name,
         "profile_path": plan.profile_path,
         "repository": plan.image_repository,
-        "platform": TARGET_PLATFORM,
+        "platform": defaults.TARGET_PLATFORM,
         # publish moves the line tag and creates the immutable one (its date is the promotion day)
         "tags": {
             "line": plan.profile_name,

@@ -11,7 +11,24 @@ combination, the A/B, the record section) and `local` (vLLM as a child process:
 
 from __future__ import annotations
 
-from spark_images.coherence.checks import GateOptions
-from spark_images.coherence.runner import gate_endpoint, gate_image
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_images.coherence.checks import GateOptions
+    from spark_images.coherence.runner import gate_endpoint, gate_image
 
 __all__ = ["GateOptions", "gate_endpoint", "gate_image"]
+
+# The gate's names load on first use: a pure core (`signatures`, `verdict`) is
+# imported by verbs that never serve (`cluster plan`, `recipe`), and must not
+# pay for the HTTP client and the checks (~0.17 s per process).
+_LAZY = {"GateOptions": "checks", "gate_endpoint": "runner", "gate_image": "runner"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value

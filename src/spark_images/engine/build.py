@@ -31,11 +31,12 @@ from typing import Any
 
 from python_on_whales.exceptions import DockerException
 
+from spark_images import defaults
 from spark_images.core.errors import EnvironmentProblem, SparkImagesError
 from spark_images.engine import ENGINE_FIX, client, failures, require_engine
 from spark_images.registry.reference import ImageReference, names_registry
 
-TARGET_PLATFORM = "linux/arm64"
+TARGET_PLATFORM = defaults.TARGET_PLATFORM
 BINFMT_AARCH64 = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
 QEMU_FIX = (
     "register arm64 emulation: on Debian `apt-get install qemu-user-static binfmt-support && "

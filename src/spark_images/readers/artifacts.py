@@ -73,7 +73,8 @@ def _is_tar(path: Path) -> bool:
 
 def target_kind(target: str) -> str:
     """Which kind of target a string names (a stat, and 512 bytes of a file); UsageError if none."""
-    from spark_images.registry.client import looks_like_reference
+    # the pure name check, not the client: a local path must not wait for `requests` to import
+    from spark_images.registry.reference import names_registry
 
     if target.startswith("docker://"):
         if not target[len("docker://") :]:
@@ -88,7 +89,7 @@ def target_kind(target: str) -> str:
         return KIND_OCI_ARCHIVE if _is_tar(path) else KIND_FILE
     if pypi.parse_requirement(target):
         return KIND_REQUIREMENT
-    if looks_like_reference(target):
+    if names_registry(target):
         return KIND_REGISTRY
     raise UsageError(
         f"{target}: not an existing file or directory, a NAME==VERSION requirement, "
