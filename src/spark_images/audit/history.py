@@ -151,7 +151,6 @@ def build_index(
     branch_commits: Iterable[CommitInfo] = (),
     shallow: Iterable[str] = (),
     bodies: dict[str, str] | None = None,
-    extra_subjects: dict[str, str] | None = None,
 ) -> HistoryIndex:
     """Index main (no bodies needed) and the branch commits (with bodies)."""
     commits: dict[str, CommitInfo] = {c.sha: c for c in main_commits}
@@ -191,7 +190,6 @@ def build_index(
         reverts={},
         cherry_from=cherry_from,
         shallow=frozenset(shallow),
-        extra_subjects=dict(extra_subjects or {}),
         subject_reverts=reverts,
         body_reverts=tuple(pending_body_reverts),
     )

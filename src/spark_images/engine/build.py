@@ -36,7 +36,6 @@ from spark_images.core.errors import EnvironmentProblem, SparkImagesError
 from spark_images.engine import ENGINE_FIX, client, failures, require_engine
 from spark_images.registry.reference import ImageReference, names_registry
 
-TARGET_PLATFORM = defaults.TARGET_PLATFORM
 BINFMT_AARCH64 = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
 QEMU_FIX = (
     "register arm64 emulation: on Debian `apt-get install qemu-user-static binfmt-support && "
@@ -100,7 +99,7 @@ class BuildRequest:
     cache_from: tuple[str, ...] = ()
     cache_to: str | None = None
     no_cache: bool = False
-    platform: str = TARGET_PLATFORM
+    platform: str = defaults.TARGET_PLATFORM
 
 
 @dataclass(frozen=True)
@@ -247,7 +246,7 @@ def build(req: BuildRequest, on_log: LogSink | None = None) -> BuildResult:
     buildx child is stopped and the partial archive and metadata are removed.
     """
     docker_cmd = require_buildx()
-    emulated = emulation() if req.platform == TARGET_PLATFORM else False
+    emulated = emulation() if req.platform == defaults.TARGET_PLATFORM else False
     for missing in [s for s in req.secrets if not Path(s.src).is_file()]:
         raise EnvironmentProblem(f"secret {missing.id!r}: no file at {missing.src}")
     req.oci_dest.parent.mkdir(parents=True, exist_ok=True)

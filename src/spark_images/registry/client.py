@@ -38,15 +38,10 @@ from spark_images.registry.manifests import (
     media_type_problem,
     pick_platform,
 )
-from spark_images.registry.reference import ImageReference, is_loopback, names_registry
+from spark_images.registry.reference import ImageReference, is_loopback
 
 TIMEOUT = (10, 60)  # connect, read between bytes; the overall deadline is registry.http's
 CHUNK = 1 << 20
-
-
-def looks_like_reference(text: str) -> bool:
-    """HOST/REPO[:TAG|@sha256:...] where HOST has a dot, a port, brackets, or is localhost."""
-    return names_registry(text)
 
 
 def parse_reference(text: str) -> ImageReference:
